@@ -1,0 +1,46 @@
+"""SWIM gossip membership with the Lifeguard refinements, as a sans-I/O core plus an asyncio driver.
+
+Layout (one concern per module, as in hashicorp/memberlist; sans-I/O as in aioquic/h11):
+
+``config.MembershipConfig``  every knob, with units and LAN defaults
+``messages``                 ``Meta``, ``MemberInfo``, wire messages, ``MemberEvent``/``JoinRefused``
+``wire``                     datagram codec (msgpack, versioned, strict), ``Keyring`` (AES-GCM)
+``core.Swim``                the protocol state machine (theory of operation in its docstring)
+``suspicion``/``awareness``  Lifeguard suspicion timer and local health awareness
+``queue``                    piggyback broadcast queue with retransmit limit
+``aio``                      asyncio UDP driver: ``start_member(...) -> Member``
+
+Core API (no I/O, no clock, injected RNG; the asyncio driver, the simulator and the tests all
+drive it the same way)::
+
+    core = Swim(config, "n1", ("10.0.0.1", 7001), meta=Meta(weight=1.0, http="http://..."),
+                rng=random.Random(seed), now=0.0)
+    core.join([("10.0.0.2", 7001)], now)          # seed addresses
+    core.receive_datagram(data, addr, now)         # never raises; bad input dropped + counted
+    core.handle_timer(now)                         # run work that is due
+    core.datagrams_to_send() -> [(bytes, addr)]    # drain the outbox (each <= mtu_bytes)
+    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused
+    core.get_timer() -> float | None               # when to call handle_timer next
+    core.members() / core.live_members()           # MemberInfo; live = alive + suspect
+    core.view_checksum                             # CRC-32 of live ids and incarnations
+    core.update_meta(meta, now); core.leave(now); core.leave_broadcast_done
+    core.report_loop_lag(lag_s, now); core.local_health   # Lifeguard awareness score
+    core.stats                                     # Counter: probes_sent, dropped_<reason>, ...
+    core.keyring.install(key) / .use(key) / .remove(key)  # key rotation
+
+Placement must own partitions from ``live_members()`` (alive *and* suspect): suspicion is the
+protocol's way of giving a slow member time, not a verdict.
+"""
+
+from .config import MembershipConfig
+from .core import Swim
+from .messages import (
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, Event, JoinRefused, MemberEvent,
+    MemberInfo, Meta,
+)
+from .wire import PROTOCOL_VERSION, Keyring
+
+__all__ = [
+    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "Event",
+    "Addr", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES", "Keyring", "PROTOCOL_VERSION",
+]

@@ -1,0 +1,712 @@
+"""The SWIM + Lifeguard membership protocol as a sans-I/O state machine.
+
+Theory of operation
+===================
+
+One ``Swim`` object is one member's view of the cluster. It never reads a clock, never touches
+a socket and draws all randomness from the ``random.Random`` it is given. Its driver (the
+asyncio driver in ``aio.py``, the simulator, or a unit test) feeds it
+
+* ``receive_datagram(data, addr, now)`` for every datagram that arrives, and
+* ``handle_timer(now)`` whenever ``get_timer()`` says something is due,
+
+and after each call drains ``datagrams_to_send()`` and ``next_event()``. The same inputs give
+the same outputs, so a simulation is reproduced exactly from its seed.
+
+Failure detection (SWIM, Das et al. DSN 2002, section 3). Every probe period T (scaled by the
+local health multiplier, below) the member pings the next member of a randomly shuffled
+round-robin list (section 4.3: bounds the time until a failed member is first probed). If no ack
+comes within the probe timeout it sends ping-req to ``indirect_checks`` random members, who ping
+the target on its behalf and relay the ack, or answer with a nack when they got nothing
+(Lifeguard section IV-A). No ack by the end of the period: the target becomes *suspect*.
+
+Suspicion (SWIM section 4.2). A suspect is still a member (it keeps its partitions). Members
+are ordered by incarnation numbers that only the member itself raises: hearing that it is
+suspected or dead, a member refutes by raising its incarnation and gossiping ``Alive``.
+Precedence: ``Alive(i)`` beats any state with an incarnation < i; ``Suspect(i)`` beats
+``Alive(j <= i)``; ``Dead(i)`` beats ``Alive``/``Suspect`` with j <= i. A suspicion turns into
+``dead`` when its timer runs out. The timer starts long and shrinks with each *independent*
+accuser (Lifeguard section IV-B, see ``suspicion.py``). ``Dead`` sent by a member about itself
+means it left gracefully (status ``left``). A restarted process with the same id learns the
+incarnation the cluster holds for it from the state it receives (the join's push-pull) and
+refutes it, so it rejoins with a higher incarnation; the driver may also pass a time-derived
+starting incarnation.
+
+Lifeguard (arXiv 1707.00788). Local health awareness (``awareness.py``) scales probe interval
+and timeout by ``score + 1``; the score rises on failed probes with missing nacks, on having to
+refute, and on event-loop lag reported by the driver, and falls on successful probes. The
+buddy system: a ping to a suspect carries the ``Suspect`` message, so the suspect can refute at
+once. ``config.lifeguard = False`` turns these off (plain SWIM with a fixed suspicion timeout).
+
+Dissemination (SWIM section 4.1). Every accepted state change is queued (``queue.py``) and
+piggybacked on pings, acks and every other datagram, filling each up to ``mtu_bytes``, newest
+and least-sent first, each at most ``retransmit_mult * ceil(log10(N+1))`` times. While the
+queue is not empty it is also pushed every ``gossip_interval_s`` to ``gossip_fanout`` random
+members (memberlist's gossip loop), including recently dead ones so they can refute.
+
+Anti-entropy (Ringpop). Pings and acks carry a checksum of the live view (member ids and
+incarnations). When an ack's checksum differs from ours while no gossip is in flight (our queue
+is empty and the datagram carried no updates), the views diverged: we start a push-pull, i.e.
+send our full state (split into as many datagrams as needed, each <= MTU) and the peer answers
+with its own. A converged idle cluster therefore never exchanges full state. In state received
+by push-pull, ``dead`` is applied as ``suspect`` (as memberlist's mergeState does), so a stale
+view cannot kill a live member outright (memberlist#312).
+
+Join, leave, partitions. ``join(seeds)`` push-pulls with each seed (and retries while we know
+no one). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
+``leave_broadcast_done``. Every ``dead_retry_interval_s`` one random dead member's address gets
+a push-pull, so clusters split by a network partition merge after it heals.
+
+Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
+cluster, with different cluster settings, replayed, or not decryptable with any key of the
+keyring is dropped and counted in ``stats["dropped_<reason>"]``; ``receive_datagram`` never
+raises and never applies part of an invalid datagram.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import Counter, deque
+from typing import Iterable, Iterator, Sequence
+
+from .awareness import Awareness
+from .config import MembershipConfig
+from .messages import (
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, Event, JoinRefused,
+    MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+)
+from .queue import BroadcastQueue
+from .suspicion import Suspicion
+from .wire import Codec, Drop, Envelope, Keyring, ReplayFilter, encode_meta
+
+__all__ = ["Swim"]
+
+# A push-pull request from one address is answered at most this often (limits amplification:
+# one small request datagram triggers several full-state datagrams).
+_PUSH_PULL_REPLY_GUARD_S = 1.0
+
+
+class _Member:
+    __slots__ = ("node_id", "addr", "meta", "incarnation", "status", "since")
+
+    def __init__(self, node_id: str, addr: Addr, meta: Meta, incarnation: int, status: str,
+                 since: float) -> None:
+        self.node_id = node_id
+        self.addr = addr
+        self.meta = meta
+        self.incarnation = incarnation
+        self.status = status
+        self.since = since
+
+    def info(self) -> MemberInfo:
+        return MemberInfo(self.node_id, self.addr, self.status, self.incarnation, self.meta)
+
+
+class _Probe:
+    """Our current probe of ``target`` (one at a time, as in SWIM)."""
+
+    __slots__ = ("seq", "target", "timeout_at", "acked", "indirect_sent", "nacks_expected", "nacks")
+
+    def __init__(self, seq: int, target: str, timeout_at: float) -> None:
+        self.seq = seq
+        self.target = target
+        self.timeout_at = timeout_at
+        self.acked = False
+        self.indirect_sent = False
+        self.nacks_expected = 0
+        self.nacks = 0
+
+
+class _Relay:
+    """A ping we send on behalf of a ping-req; its ack (or a nack) goes back to the requester."""
+
+    __slots__ = ("requester", "seq", "deadline")
+
+    def __init__(self, requester: Addr, seq: int, deadline: float) -> None:
+        self.requester = requester
+        self.seq = seq
+        self.deadline = deadline
+
+
+class Swim:
+    """One member's SWIM/Lifeguard state machine. See the module docstring and ``membership``."""
+
+    def __init__(self, config: MembershipConfig, node_id: str, advertise: Addr, *,
+                 meta: Meta | None = None, rng: random.Random, now: float,
+                 incarnation: int = 0) -> None:
+        meta = meta if meta is not None else Meta()
+        self._check_meta(config, meta)
+        self.config = config
+        self.node_id = node_id
+        self.advertise = (advertise[0], int(advertise[1]))
+        self._rng = rng
+        self._self = _Member(node_id, self.advertise, meta, incarnation, ALIVE, now)
+        self._members: dict[str, _Member] = {node_id: self._self}
+        self._awareness = Awareness(config.awareness_max_multiplier, enabled=config.lifeguard)
+        self.keyring = Keyring(config.keys)
+        self._codec = Codec(cluster=config.cluster_name, settings=config.cluster_settings,
+                            sender=node_id, epoch=rng.getrandbits(63), keyring=self.keyring,
+                            mtu_bytes=config.mtu_bytes, max_receive_bytes=config.max_receive_bytes)
+        self._replay = ReplayFilter()
+        self._queue = BroadcastQueue()
+        self._suspicions: dict[str, Suspicion] = {}
+        self._relays: dict[int, _Relay] = {}
+        self._probe: _Probe | None = None
+        self._probe_order: list[str] = []
+        self._probe_index = 0
+        self._seq = 0
+        self._outbox: list[tuple[bytes, Addr]] = []
+        self._events: deque[Event] = deque()
+        self._checksum: int | None = None
+        self._seeds: list[Addr] = []
+        self._leaving = False
+        self._next_probe_at = now
+        self._next_gossip_at = now
+        self._next_join_at: float | None = None
+        self._next_dead_retry_at = now + config.dead_retry_interval_s
+        self._last_push_pull_at = float("-inf")
+        self._push_pull_replies: dict[Addr, tuple[float, int]] = {}
+        #: Counters: probes, acks, suspicions, refutations, traffic, drops by reason, ...
+        self.stats: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ public API: reading
+
+    @property
+    def incarnation(self) -> int:
+        return self._self.incarnation
+
+    @property
+    def meta(self) -> Meta:
+        return self._self.meta
+
+    @property
+    def local_health(self) -> int:
+        """Lifeguard awareness score, 0 (healthy) .. awareness_max_multiplier - 1."""
+        return self._awareness.score
+
+    @property
+    def view_checksum(self) -> int:
+        """CRC-32 of the sorted (id, incarnation) of live members; rides on pings and acks."""
+        if self._checksum is None:
+            live = sorted(f"{m.node_id}\x00{m.incarnation}" for m in self._members.values()
+                          if m.status in LIVE_STATUSES)
+            self._checksum = zlib.crc32("\x01".join(live).encode())
+        return self._checksum
+
+    def members(self) -> list[MemberInfo]:
+        """Every member the view holds (self included), in all states, sorted by id."""
+        return [self._members[k].info() for k in sorted(self._members)]
+
+    def live_members(self) -> list[MemberInfo]:
+        """Alive and suspect members, self included: the set placement owns partitions from."""
+        return [m for m in self.members() if m.is_live]
+
+    def member(self, node_id: str) -> MemberInfo | None:
+        m = self._members.get(node_id)
+        return None if m is None else m.info()
+
+    @property
+    def leave_broadcast_done(self) -> bool:
+        """After ``leave``: our leave was sent at least ``gossip_fanout`` times (or to everyone)."""
+        if not self._leaving:
+            return False
+        sent = self._queue.transmits(self.node_id)
+        peers = sum(1 for m in self._members.values() if m is not self._self and m.status in LIVE_STATUSES)
+        return sent is None or sent >= min(self.config.gossip_fanout, peers)
+
+    # ------------------------------------------------------------------ public API: driving
+
+    def join(self, seeds: Iterable[Addr], now: float) -> None:
+        """Contact seed addresses (push-pull); retried every join_retry_interval_s while alone."""
+        self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
+        self._join_seeds(now)
+
+    def leave(self, now: float) -> None:
+        """Announce a graceful leave; probing stops, the announcement keeps being gossiped."""
+        if self._leaving:
+            return
+        self._leaving = True
+        self._probe = None
+        self._self.status = LEFT
+        self._self.since = now
+        self._checksum = None
+        self._broadcast(Dead(self.node_id, self._self.incarnation, self.node_id))
+
+    def update_meta(self, meta: Meta, now: float) -> None:
+        """Change our metadata: raise the incarnation and gossip the new ``Alive``."""
+        self._check_meta(self.config, meta)
+        self._self.meta = meta
+        self._bump_incarnation(self._self.incarnation)
+
+    def report_loop_lag(self, lag_s: float, now: float) -> None:
+        """Driver hook: the event loop woke up ``lag_s`` late. Large lag lowers our self-trust."""
+        if lag_s > self.config.loop_lag_threshold_s:
+            self.stats["loop_lag_reports"] += 1
+            self._awareness.apply(1)
+
+    def receive_datagram(self, data: bytes, addr: Addr, now: float) -> None:
+        """Process one received datagram. Never raises; invalid input is dropped and counted."""
+        self.stats["datagrams_in"] += 1
+        self.stats["bytes_in"] += len(data)
+        addr = (addr[0], addr[1])
+        try:
+            env = self._codec.open(data)
+        except Drop as drop:
+            self._drop(drop.reason)
+            return
+        if env.cluster != self.config.cluster_name:
+            self._drop("wrong_cluster")
+            return
+        if env.settings != self.config.cluster_settings:
+            self._settings_mismatch(env, addr, now)
+            return
+        if env.sender == self.node_id:
+            self._drop("from_self")
+            return
+        if not self._replay.check_and_record(env.sender, env.epoch, env.seq):
+            self._drop("replayed")
+            return
+        if self._leaving:
+            self._drop("leaving")
+            return
+        self._handle(env, addr, now)
+
+    def handle_timer(self, now: float) -> None:
+        """Run all work that is due at ``now`` (calling it early is harmless)."""
+        self._expire_relays(now)
+        if self._probe is not None and not self._probe.acked and not self._probe.indirect_sent \
+                and now >= self._probe.timeout_at:
+            self._send_indirect_probes(now)
+        if not self._leaving and now >= self._next_probe_at:
+            self._finish_probe(now)
+            self._start_probe(now)
+        for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
+            self._suspicion_expired(node_id, now)
+        if self._queue and now >= self._next_gossip_at:
+            self._gossip(now)
+        if self._next_join_at is not None and now >= self._next_join_at:
+            self._join_seeds(now)
+        if not self._leaving and now >= self._next_dead_retry_at:
+            self._retry_dead_and_reclaim(now)
+
+    def get_timer(self) -> float | None:
+        """The next time ``handle_timer`` has work to do (None: only input can create work)."""
+        deadlines = [r.deadline for r in self._relays.values()]
+        deadlines.extend(s.deadline for s in self._suspicions.values())
+        if not self._leaving:
+            deadlines.append(self._next_probe_at)
+            deadlines.append(self._next_dead_retry_at)
+            p = self._probe
+            if p is not None and not p.acked and not p.indirect_sent:
+                deadlines.append(p.timeout_at)
+        if self._queue:
+            deadlines.append(self._next_gossip_at)
+        if self._next_join_at is not None:
+            deadlines.append(self._next_join_at)
+        return min(deadlines) if deadlines else None
+
+    def datagrams_to_send(self) -> list[tuple[bytes, Addr]]:
+        """Drain the outbox: (datagram, destination address) pairs, each <= mtu_bytes."""
+        out, self._outbox = self._outbox, []
+        return out
+
+    def next_event(self) -> Event | None:
+        """Pop the oldest pending event, or None."""
+        return self._events.popleft() if self._events else None
+
+    def events(self) -> Iterator[Event]:
+        """Drain all pending events."""
+        while self._events:
+            yield self._events.popleft()
+
+    # ------------------------------------------------------------------ receiving
+
+    def _drop(self, reason: str) -> None:
+        self.stats["dropped"] += 1
+        self.stats["dropped_" + reason] += 1
+
+    def _settings_mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
+        self._drop("settings_mismatch")
+        for msg in env.messages:
+            if isinstance(msg, Refuse):
+                self._events.append(JoinRefused(addr, msg.reason, now))
+            elif isinstance(msg, PushPull) and msg.reply and self._may_reply_push_pull(addr, msg.sync_id, now):
+                reason = (f"cluster settings differ: member {self.node_id!r} has "
+                          f"{self.config.cluster_settings!r}, {env.sender!r} has {env.settings!r}; "
+                          "start it with the cluster's settings")
+                self._events.append(JoinRefused(addr, reason, now))
+                self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
+
+    def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
+        carried_state = any(isinstance(m, (Alive, Suspect, Dead)) for m in env.messages)
+        in_sync: PushPull | None = None
+        for msg in env.messages:
+            if isinstance(msg, PushPull):
+                in_sync = msg
+            elif isinstance(msg, Alive):
+                self._on_alive(msg, now)
+            elif isinstance(msg, Suspect):
+                self._on_suspect(msg, now)
+            elif isinstance(msg, Dead):
+                self._on_dead(msg, now, synced_by=env.sender if in_sync else None)
+            elif isinstance(msg, Ping):
+                self._on_ping(msg, env.sender, addr, now)
+            elif isinstance(msg, Ack):
+                self._on_ack(msg, env.sender, addr, carried_state, now)
+            elif isinstance(msg, Nack):
+                if self._probe is not None and self._probe.seq == msg.seq:
+                    self._probe.nacks += 1
+                    self.stats["nacks_received"] += 1
+            elif isinstance(msg, PingReq):
+                self._on_ping_req(msg, addr, now)
+            else:  # Refuse with equal settings: nothing to refuse
+                self.stats["unexpected_refuses"] += 1
+        if in_sync is not None:
+            self.stats["push_pull_received"] += 1
+            if in_sync.reply and self._may_reply_push_pull(addr, in_sync.sync_id, now):
+                self._send_state(addr, reply=False, now=now)
+
+    def _on_ping(self, msg: Ping, sender: str, addr: Addr, now: float) -> None:
+        if msg.target != self.node_id:
+            # Another process now lives at the address we hold for ``msg.target``.
+            self.stats["misdirected_pings"] += 1
+            return
+        head = [Ack(msg.seq, self.view_checksum)]
+        known = self._members.get(sender)
+        if known is not None and known.status in (SUSPECT, DEAD):
+            # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
+            head.append(self._state_message(known))
+        self._send(addr, [self._codec.encode_message(m) for m in head])
+
+    def _on_ack(self, msg: Ack, sender: str, addr: Addr, carried_state: bool, now: float) -> None:
+        relay = self._relays.pop(msg.seq, None)
+        if relay is not None:
+            self._send(relay.requester, [self._codec.encode_message(Ack(relay.seq, msg.checksum))])
+            return
+        probe = self._probe
+        if probe is None or probe.seq != msg.seq or probe.acked:
+            self.stats["stale_acks"] += 1  # late (after the probe ended) or duplicated
+            return
+        probe.acked = True
+        self.stats["acks_received"] += 1
+        self._awareness.apply(-1)
+        if sender == probe.target and msg.checksum != self.view_checksum and not carried_state \
+                and not self._queue and now - self._last_push_pull_at >= self.config.push_pull_min_interval_s:
+            self.stats["anti_entropy_syncs"] += 1
+            self._send_state(addr, reply=True, now=now)
+
+    def _on_ping_req(self, msg: PingReq, addr: Addr, now: float) -> None:
+        seq = self._next_seq()
+        # Nack at 80% of the probe timeout: the requester sent the ping-req after its own probe
+        # timeout and waits for the rest of its period (interval - timeout), so a nack sent
+        # after a full timeout would arrive too late to count (Lifeguard IV-A needs it to).
+        self._relays[seq] = _Relay(addr, msg.seq, now + 0.8 * self.config.probe_timeout_s)
+        self.stats["relayed_pings"] += 1
+        self._send(msg.target_addr, [self._codec.encode_message(Ping(seq, msg.target, self.view_checksum))])
+
+    def _expire_relays(self, now: float) -> None:
+        for seq in [s for s, r in self._relays.items() if r.deadline <= now]:
+            relay = self._relays.pop(seq)
+            self.stats["nacks_sent"] += 1
+            self._send(relay.requester, [self._codec.encode_message(Nack(relay.seq))])
+
+    # ------------------------------------------------------------------ state updates
+
+    def _on_alive(self, msg: Alive, now: float) -> None:
+        if msg.node == self.node_id:
+            me = self._self
+            if msg.incarnation > me.incarnation or (
+                    msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
+                # Someone holds a newer or different record of us (e.g. from before a restart).
+                self._bump_incarnation(msg.incarnation)
+            return
+        m = self._members.get(msg.node)
+        if m is None:
+            m = _Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
+            self._members[msg.node] = m
+            self._add_to_probe_order(msg.node)
+            self._set_changed(m, "joined", now)
+            self._broadcast(msg)
+            return
+        if msg.incarnation <= m.incarnation:
+            return
+        old_status = m.status
+        changed = (msg.addr, msg.meta) != (m.addr, m.meta)
+        m.incarnation, m.addr, m.meta = msg.incarnation, msg.addr, msg.meta
+        self._suspicions.pop(msg.node, None)
+        m.status = ALIVE
+        if old_status in (DEAD, LEFT):
+            m.since = now
+            self._add_to_probe_order(msg.node)
+            self._set_changed(m, "joined", now)
+        else:
+            if old_status == SUSPECT:
+                m.since = now
+                self._set_changed(m, "alive", now)
+            if changed:
+                self._set_changed(m, "updated", now)
+        self._checksum = None
+        self._broadcast(msg)
+
+    def _on_suspect(self, msg: Suspect, now: float) -> None:
+        if msg.node == self.node_id:
+            if msg.incarnation >= self._self.incarnation:
+                self._refute(msg.incarnation)
+            return
+        m = self._members.get(msg.node)
+        if m is None or m.status in (DEAD, LEFT) or msg.incarnation < m.incarnation:
+            return
+        current = self._suspicions.get(msg.node)
+        if m.status == SUSPECT and current is not None and msg.incarnation == current.incarnation:
+            if current.confirm(msg.sender):
+                self.stats["confirmations"] += 1
+                self._broadcast(msg)  # pass independent confirmations on (memberlist does)
+            return
+        self._start_suspicion(m, msg.incarnation, msg.sender, now)
+        self._broadcast(msg)
+
+    def _on_dead(self, msg: Dead, now: float, synced_by: str | None) -> None:
+        leaving = msg.sender == msg.node
+        if synced_by is not None and not leaving:
+            # Full state says dead: only suspect (memberlist mergeState), so a stale view cannot
+            # kill a live member; a live member then refutes the suspicion.
+            self._on_suspect(Suspect(msg.node, msg.incarnation, synced_by), now)
+            return
+        if msg.node == self.node_id:
+            if msg.incarnation >= self._self.incarnation:
+                self._refute(msg.incarnation)
+            return
+        m = self._members.get(msg.node)
+        if m is None or m.status in (DEAD, LEFT) or msg.incarnation < m.incarnation:
+            return
+        self._suspicions.pop(msg.node, None)
+        m.incarnation = msg.incarnation
+        m.status = LEFT if leaving else DEAD
+        m.since = now
+        self._checksum = None
+        self._set_changed(m, m.status, now)
+        self._broadcast(msg)
+
+    def _start_suspicion(self, m: _Member, incarnation: int, accuser: str, now: float) -> None:
+        n = sum(1 for x in self._members.values() if x.status in LIVE_STATUSES)
+        cfg = self.config
+        min_s = cfg.suspicion_min_s(n)
+        if cfg.lifeguard:
+            # Only members other than the suspect and the accuser can confirm
+            # (memberlist state.go suspectNode: k = 0 when n - 2 < k).
+            k = min(cfg.suspicion_confirmations, max(0, n - 2))
+            max_s = cfg.suspicion_max_s(n)
+        else:
+            k, max_s = 0, min_s  # plain SWIM: one fixed suspicion timeout
+        was_alive = m.status == ALIVE
+        m.status = SUSPECT
+        m.incarnation = incarnation
+        self._checksum = None
+        self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
+                                                start=now, k=k, min_s=min_s, max_s=max_s)
+        self.stats["suspicions"] += 1
+        if was_alive:
+            m.since = now
+            self._set_changed(m, "suspect", now)
+
+    def _suspicion_expired(self, node_id: str, now: float) -> None:
+        s = self._suspicions.pop(node_id)
+        m = self._members.get(node_id)
+        if m is None or m.status != SUSPECT or m.incarnation != s.incarnation:
+            return
+        self.stats["deaths_declared"] += 1
+        self._on_dead(Dead(node_id, m.incarnation, self.node_id), now, synced_by=None)
+
+    def _refute(self, accused_incarnation: int) -> None:
+        if self._leaving:
+            return
+        self.stats["refutations"] += 1
+        # Having to refute means others could not reach us in time: we may be the slow one
+        # (Lifeguard IV-A).
+        self._awareness.apply(1)
+        self._bump_incarnation(accused_incarnation)
+
+    def _bump_incarnation(self, at_least: int) -> None:
+        me = self._self
+        me.incarnation = max(me.incarnation, at_least) + 1
+        self._checksum = None
+        self._broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
+
+    def _set_changed(self, m: _Member, kind: str, now: float) -> None:
+        self._checksum = None
+        self._events.append(MemberEvent(kind, m.info(), now))
+
+    def _broadcast(self, msg: Alive | Suspect | Dead) -> None:
+        self._queue.push(msg.node, self._codec.encode_message(msg))
+
+    def _state_message(self, m: _Member) -> Alive | Suspect | Dead:
+        if m.status == ALIVE:
+            return Alive(m.node_id, m.incarnation, m.addr, m.meta)
+        if m.status == SUSPECT:
+            return Suspect(m.node_id, m.incarnation, self.node_id)
+        return Dead(m.node_id, m.incarnation, m.node_id if m.status == LEFT else self.node_id)
+
+    # ------------------------------------------------------------------ probing
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _add_to_probe_order(self, node_id: str) -> None:
+        # Insert at a random position (memberlist does the same) so newcomers are probed soon
+        # but not all at once by everybody.
+        if node_id not in self._probe_order:
+            self._probe_order.insert(self._rng.randint(0, len(self._probe_order)), node_id)
+
+    def _next_probe_target(self) -> _Member | None:
+        for _ in range(2):
+            while self._probe_index < len(self._probe_order):
+                m = self._members.get(self._probe_order[self._probe_index])
+                self._probe_index += 1
+                if m is not None and m.status in LIVE_STATUSES:
+                    return m
+            # End of a round: reshuffle the live members (SWIM 4.3 randomised round-robin).
+            self._probe_order = [k for k, m in self._members.items()
+                                 if m is not self._self and m.status in LIVE_STATUSES]
+            self._rng.shuffle(self._probe_order)
+            self._probe_index = 0
+        return None
+
+    def _start_probe(self, now: float) -> None:
+        self._next_probe_at = now + self._awareness.scale(self.config.probe_interval_s)
+        target = self._next_probe_target()
+        if target is None:
+            return
+        self._probe = _Probe(self._next_seq(), target.node_id,
+                             now + self._awareness.scale(self.config.probe_timeout_s))
+        head: list[Message] = [Ping(self._probe.seq, target.node_id, self.view_checksum)]
+        if self.config.lifeguard and target.status == SUSPECT:
+            # Buddy system (Lifeguard IV-C): tell the suspect it is suspected.
+            head.append(Suspect(target.node_id, target.incarnation, self.node_id))
+        self.stats["probes_sent"] += 1
+        self._send(target.addr, [self._codec.encode_message(m) for m in head])
+
+    def _send_indirect_probes(self, now: float) -> None:
+        probe = self._probe
+        assert probe is not None
+        probe.indirect_sent = True
+        target = self._members.get(probe.target)
+        if target is None:
+            return
+        helpers = [m for m in self._members.values()
+                   if m is not self._self and m is not target and m.status == ALIVE]
+        helpers = self._rng.sample(helpers, min(self.config.indirect_checks, len(helpers)))
+        probe.nacks_expected = len(helpers)
+        blob = self._codec.encode_message(PingReq(probe.seq, target.node_id, target.addr))
+        for helper in helpers:
+            self.stats["ping_reqs_sent"] += 1
+            self._send(helper.addr, [blob])
+
+    def _finish_probe(self, now: float) -> None:
+        probe, self._probe = self._probe, None
+        if probe is None or probe.acked:
+            return
+        self.stats["probe_failures"] += 1
+        # Lifeguard IV-A (memberlist state.go probeNode): missing nacks mean our own network or
+        # process is the likely problem; no helpers at all counts as one failure.
+        if probe.nacks_expected:
+            self._awareness.apply(probe.nacks_expected - probe.nacks)
+        else:
+            self._awareness.apply(1)
+        m = self._members.get(probe.target)
+        if m is None or m.status not in LIVE_STATUSES:
+            return
+        msg = Suspect(m.node_id, m.incarnation, self.node_id)
+        self._on_suspect(msg, now)
+
+    # ------------------------------------------------------------------ gossip and state exchange
+
+    def _send(self, addr: Addr, head: Sequence[bytes], piggyback: bool = True) -> None:
+        """Send ``head`` (pre-encoded messages) to ``addr``, filling the rest with gossip."""
+        budget = self._codec.capacity() - sum(self._codec.message_cost(b) for b in head)
+        blobs = list(head)
+        if piggyback:
+            blobs += self._queue.take(budget, self._codec.message_cost, self._retransmit_limit())
+        self._emit(self._codec.seal(blobs), addr)
+
+    def _emit(self, datagram: bytes, addr: Addr) -> None:
+        self.stats["datagrams_out"] += 1
+        self.stats["bytes_out"] += len(datagram)
+        self._outbox.append((datagram, addr))
+
+    def _retransmit_limit(self) -> int:
+        n = sum(1 for m in self._members.values() if m.status in LIVE_STATUSES)
+        return self.config.retransmit_limit(n)
+
+    def _gossip(self, now: float) -> None:
+        self._next_gossip_at = now + self.config.gossip_interval_s
+        horizon = now - self.config.gossip_to_dead_s
+        peers = [m for m in self._members.values() if m is not self._self and (
+            m.status in LIVE_STATUSES or (m.status == DEAD and m.since >= horizon))]
+        for peer in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
+            blobs = self._queue.take(self._codec.capacity(), self._codec.message_cost,
+                                     self._retransmit_limit())
+            if not blobs:
+                break
+            self.stats["gossip_datagrams"] += 1
+            self._emit(self._codec.seal(blobs), peer.addr)
+
+    def _send_state(self, addr: Addr, *, reply: bool, now: float) -> None:
+        """Send our full state to ``addr`` in as many datagrams as needed (push-pull)."""
+        self._last_push_pull_at = now
+        self.stats["push_pull_sent"] += 1
+        head = self._codec.encode_message(PushPull(self._rng.getrandbits(32), reply))
+        capacity = self._codec.capacity() - self._codec.message_cost(head)
+        chunk: list[bytes] = [head]
+        room = capacity
+        for m in self._members.values():
+            blob = self._codec.encode_message(self._state_message(m))
+            cost = self._codec.message_cost(blob)
+            if cost > capacity:
+                self._drop("record_over_mtu")
+                continue
+            if cost > room:
+                self._emit(self._codec.seal(chunk), addr)
+                chunk, room = [head], capacity
+            chunk.append(blob)
+            room -= cost
+        self._emit(self._codec.seal(chunk), addr)
+
+    def _may_reply_push_pull(self, addr: Addr, sync_id: int, now: float) -> bool:
+        last = self._push_pull_replies.get(addr)
+        if last is not None and (last[1] == sync_id or now - last[0] < _PUSH_PULL_REPLY_GUARD_S):
+            return False
+        if len(self._push_pull_replies) > 4096:
+            self._push_pull_replies.clear()
+        self._push_pull_replies[addr] = (now, sync_id)
+        return True
+
+    def _join_seeds(self, now: float) -> None:
+        alone = not any(m is not self._self and m.status in LIVE_STATUSES for m in self._members.values())
+        if not self._seeds or not alone or self._leaving:
+            self._next_join_at = None
+            return
+        for seed in self._seeds:
+            self.stats["join_attempts"] += 1
+            self._send_state(seed, reply=True, now=now)
+        self._next_join_at = now + self.config.join_retry_interval_s
+
+    def _retry_dead_and_reclaim(self, now: float) -> None:
+        self._next_dead_retry_at = now + self.config.dead_retry_interval_s
+        horizon = now - self.config.dead_reclaim_s
+        for node_id in [k for k, m in self._members.items()
+                        if m.status in (DEAD, LEFT) and m.since < horizon]:
+            del self._members[node_id]
+        dead = [m for m in self._members.values() if m.status == DEAD]
+        if dead:
+            self.stats["dead_retries"] += 1
+            self._send_state(self._rng.choice(dead).addr, reply=True, now=now)
+        if self._next_join_at is None and self._seeds:
+            self._join_seeds(now)
+
+    @staticmethod
+    def _check_meta(config: MembershipConfig, meta: Meta) -> None:
+        size = len(encode_meta(meta))
+        if size > config.meta_max_bytes:
+            raise ValueError(f"metadata is {size} bytes, more than meta_max_bytes={config.meta_max_bytes}")

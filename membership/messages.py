@@ -1,0 +1,170 @@
+"""Value types of the membership protocol: metadata, member records, wire messages, events.
+
+All are frozen dataclasses. Wire messages are what ``wire.py`` encodes; several of them are
+packed into one datagram. Events are what the core hands to its driver.
+
+Wire messages (SWIM section 3 and 4, Lifeguard section IV):
+
+``Ping(seq, target, checksum)``      direct probe; ``target`` names the intended member so a
+                                      probe that reaches a different process at the same address
+                                      is ignored rather than acked.
+``Ack(seq, checksum)``, ``Nack(seq)`` answer to a ping; a nack comes from an indirect prober
+                                      whose own ping went unanswered (Lifeguard: "the path to me
+                                      works").
+``PingReq(seq, target, target_addr)`` ask the receiver to probe ``target`` on our behalf.
+``Alive/Suspect/Dead``                membership updates ordered by incarnation numbers.
+                                      ``Dead`` with ``sender == node`` is a graceful leave.
+``PushPull(sync_id, reply)``          marks the datagram as (one chunk of) a full state exchange;
+                                      the state records follow it in the same datagram.
+``Refuse(reason)``                    the receiver's cluster settings differ from ours.
+
+Every ping and ack also carries the sender's view checksum (anti-entropy, as in Ringpop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+__all__ = [
+    "Addr", "Meta", "MemberInfo", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
+    "Ping", "Ack", "Nack", "PingReq", "Alive", "Suspect", "Dead", "PushPull", "Refuse",
+    "Message", "StateMessage", "MemberEvent", "JoinRefused", "Event",
+]
+
+Addr = tuple[str, int]
+
+ALIVE = "alive"
+SUSPECT = "suspect"
+DEAD = "dead"
+LEFT = "left"
+#: Statuses under which a member still counts as present (placement owns partitions from these).
+LIVE_STATUSES = frozenset({ALIVE, SUSPECT})
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Per-member metadata carried in the view and changed by an incarnation bump."""
+
+    weight: float = 1.0
+    http: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError("Meta.weight must be a finite number >= 0")
+        # A private copy, so the frozen value cannot change behind our back.
+        object.__setattr__(self, "tags", dict(self.tags))
+        object.__setattr__(self, "weight", float(self.weight))
+
+    def __hash__(self) -> int:
+        return hash((self.weight, self.http, tuple(sorted(self.tags.items()))))
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A snapshot of one member as seen by the local view."""
+
+    node_id: str
+    addr: Addr
+    status: str  # ALIVE | SUSPECT | DEAD | LEFT
+    incarnation: int
+    meta: Meta
+
+    @property
+    def is_live(self) -> bool:
+        """Alive or suspect: a suspect member is not gone and keeps its partitions."""
+        return self.status in LIVE_STATUSES
+
+
+# --- wire messages ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ping:
+    seq: int
+    target: str
+    checksum: int  # sender's view checksum (anti-entropy)
+
+
+@dataclass(frozen=True)
+class Ack:
+    seq: int
+    checksum: int  # sender's view checksum (anti-entropy)
+
+
+@dataclass(frozen=True)
+class Nack:
+    seq: int
+
+
+@dataclass(frozen=True)
+class PingReq:
+    seq: int
+    target: str
+    target_addr: Addr
+
+
+@dataclass(frozen=True)
+class Alive:
+    node: str
+    incarnation: int
+    addr: Addr
+    meta: Meta
+
+
+@dataclass(frozen=True)
+class Suspect:
+    node: str
+    incarnation: int
+    sender: str  # who suspects; independent senders are Lifeguard confirmations
+
+
+@dataclass(frozen=True)
+class Dead:
+    node: str
+    incarnation: int
+    sender: str  # == node for a graceful leave
+
+
+@dataclass(frozen=True)
+class PushPull:
+    sync_id: int
+    reply: bool  # the receiver should answer with its own full state
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reason: str
+
+
+StateMessage = Union[Alive, Suspect, Dead]
+Message = Union[Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, PushPull, Refuse]
+
+
+# --- events ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemberEvent:
+    """A change in the local view.
+
+    kind: ``joined`` (entered the live set), ``updated`` (metadata or address changed),
+    ``suspect`` (alive -> suspect; still live), ``alive`` (suspect -> alive, it refuted),
+    ``dead`` (declared failed), ``left`` (left gracefully).
+    """
+
+    kind: str
+    member: MemberInfo
+    at: float
+
+
+@dataclass(frozen=True)
+class JoinRefused:
+    """A member at ``addr`` refused us (or we refused it): cluster settings differ."""
+
+    addr: Addr
+    reason: str
+    at: float
+
+
+Event = Union[MemberEvent, JoinRefused]

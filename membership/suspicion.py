@@ -1,0 +1,56 @@
+"""Lifeguard suspicion timer: starts at a maximum and falls with independent confirmations.
+
+Lifeguard (Dadgar et al., arXiv 1707.00788, section IV-B "Local Health Aware Suspicion")
+and memberlist suspicion.go: with ``c`` independent confirmations out of ``k`` expected::
+
+    timeout(c) = max(min, max - (max - min) * log(c + 1) / log(k + 1))
+
+so a lone accuser (who may itself be the slow one) waits the long maximum, while a member
+that several peers independently cannot reach is declared dead after the minimum.
+Pure arithmetic on the ``now`` values passed in; no clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Suspicion", "suspicion_timeout"]
+
+
+def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) -> float:
+    """The formula above; ``k == 0`` means the minimum applies at once."""
+    if k < 1:
+        return min_s
+    frac = math.log(confirmations + 1) / math.log(k + 1)
+    return max(min_s, max_s - (max_s - min_s) * frac)
+
+
+class Suspicion:
+    """The suspicion of one member at one incarnation, as held by the local view."""
+
+    __slots__ = ("incarnation", "start", "k", "min_s", "max_s", "_confirmers")
+
+    def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
+                 min_s: float, max_s: float) -> None:
+        self.incarnation = incarnation
+        self.start = start
+        self.k = k
+        self.min_s = min_s
+        self.max_s = max_s
+        # The first accuser does not count as a confirmation (memberlist does the same).
+        self._confirmers = {accuser}
+
+    @property
+    def confirmations(self) -> int:
+        return len(self._confirmers) - 1
+
+    def confirm(self, accuser: str) -> bool:
+        """Record an accusation; True if it came from a new, independent accuser."""
+        if accuser in self._confirmers or self.confirmations >= self.k:
+            return False
+        self._confirmers.add(accuser)
+        return True
+
+    @property
+    def deadline(self) -> float:
+        return self.start + suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)

@@ -1,0 +1,390 @@
+"""Wire format: versioned msgpack datagrams, strict validation, optional AES-GCM with a keyring.
+
+Datagram layout::
+
+    b"SW" | version (1 byte) | flags (1 byte) | body
+    flags = 0: body = msgpack envelope
+    flags = 1: body = nonce (12 bytes) | AES-GCM(envelope), the 4-byte prefix as associated data
+
+    envelope = [cluster_name, cluster_settings, sender_id, epoch, seq, [message, ...]]
+    message  = msgpack bin holding one encoded message: [type_code, field, ...]
+
+Messages are encoded one by one (``Codec.encode_message``) so the core can queue them
+pre-encoded, know their exact size and pack as many as fit under the MTU into one datagram.
+
+``epoch`` is random per core instance and ``seq`` counts datagrams; together they let the
+receiver drop replayed datagrams (``ReplayFilter``; a 64-datagram sliding window as in IPsec).
+Replay protection is only meaningful with encryption, which authenticates the envelope.
+
+Decoding is strict: exact field counts and types, bounded lengths and integer ranges. Any
+failure raises ``Drop(reason)``, which the core counts; nothing else escapes ``Codec.open``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgpack
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from .messages import (
+    Ack, Addr, Alive, Dead, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+)
+
+__all__ = ["PROTOCOL_VERSION", "Drop", "Envelope", "Keyring", "Codec", "ReplayFilter"]
+
+MAGIC = b"SW"
+PROTOCOL_VERSION = 1
+_PREFIX_LEN = 4
+_FLAG_PLAIN = 0
+_FLAG_ENCRYPTED = 1
+_NONCE_LEN = 12
+_TAG_LEN = 16
+_ENCRYPTION_OVERHEAD = _NONCE_LEN + _TAG_LEN
+
+_MAX_ID = 128          # node ids, cluster name
+_MAX_TEXT = 512        # http address, reasons, settings fingerprint, tags
+_MAX_TAGS = 64
+_U64 = 2**64 - 1
+_MAX_MESSAGES = 512
+
+_PING, _ACK, _NACK, _PINGREQ, _ALIVE, _SUSPECT, _DEAD, _PUSHPULL, _REFUSE = range(1, 10)
+
+
+class Drop(Exception):
+    """A received datagram is invalid; ``reason`` names the counter to bump."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Envelope:
+    cluster: str
+    settings: str
+    sender: str
+    epoch: int
+    seq: int
+    messages: tuple[Message, ...]
+
+
+class Keyring:
+    """AES-GCM keys. The primary (first) key encrypts; every key is tried to decrypt.
+
+    Rotation without downtime: ``install(new)`` on every member, then ``use(new)`` on every
+    member, then ``remove(old)`` on every member.
+    """
+
+    def __init__(self, keys: Sequence[bytes] = ()) -> None:
+        self._keys: list[bytes] = []
+        self._aead: dict[bytes, AESGCM] = {}
+        for key in keys:
+            self.install(key)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        return tuple(self._keys)
+
+    def install(self, key: bytes) -> None:
+        """Add a key that is accepted on receive (primary if it is the first key)."""
+        if len(key) not in (16, 24, 32):
+            raise ValueError("AES-GCM keys must be 16, 24 or 32 bytes long")
+        if key not in self._aead:
+            self._keys.append(key)
+            self._aead[key] = AESGCM(key)
+
+    def use(self, key: bytes) -> None:
+        """Make an installed key the primary (encrypting) key."""
+        if key not in self._aead:
+            raise KeyError("install the key before using it as primary")
+        self._keys.remove(key)
+        self._keys.insert(0, key)
+
+    def remove(self, key: bytes) -> None:
+        """Stop accepting a key. The primary key cannot be removed; ``use`` another first."""
+        if self._keys and self._keys[0] == key:
+            raise ValueError("cannot remove the primary key; use() another key first")
+        if key in self._aead:
+            self._keys.remove(key)
+            del self._aead[key]
+
+    def seal(self, prefix: bytes, plaintext: bytes) -> bytes:
+        # Random nonces (not the core's seeded RNG): two simulated nodes with the same seed must
+        # never reuse a (key, nonce) pair. This does not affect the protocol's determinism.
+        nonce = os.urandom(_NONCE_LEN)
+        return nonce + self._aead[self._keys[0]].encrypt(nonce, plaintext, prefix)
+
+    def open(self, prefix: bytes, body: bytes) -> bytes:
+        if len(body) < _ENCRYPTION_OVERHEAD:
+            raise Drop("truncated")
+        nonce, ciphertext = body[:_NONCE_LEN], body[_NONCE_LEN:]
+        for key in self._keys:
+            try:
+                return self._aead[key].decrypt(nonce, ciphertext, prefix)
+            except InvalidTag:
+                continue
+        raise Drop("decrypt_failed")
+
+
+class ReplayFilter:
+    """Drops datagrams whose (sender, epoch, seq) was already seen or is too old.
+
+    Per sender: the newest epoch seen, the highest seq and a 64-bit bitmap of the seqs below
+    it (sliding window as in RFC 4303 section 3.4.3). A new epoch (the sender restarted) resets
+    the window. At most ``max_senders`` entries are kept (oldest evicted).
+    """
+
+    WINDOW = 64
+
+    def __init__(self, max_senders: int = 4096) -> None:
+        self._state: dict[str, tuple[int, int, int]] = {}
+        self._max = max_senders
+
+    def check_and_record(self, sender: str, epoch: int, seq: int) -> bool:
+        """True if fresh (and records it); False if a replay."""
+        state = self._state.get(sender)
+        if state is None or state[0] != epoch:
+            self._store(sender, (epoch, seq, 1))
+            return True
+        _, top, bitmap = state
+        if seq > top:
+            shift = seq - top
+            bitmap = ((bitmap << shift) | 1) & ((1 << self.WINDOW) - 1) if shift < self.WINDOW else 1
+            self._store(sender, (epoch, seq, bitmap))
+            return True
+        offset = top - seq
+        if offset >= self.WINDOW or bitmap >> offset & 1:
+            return False
+        self._state[sender] = (epoch, top, bitmap | 1 << offset)
+        return True
+
+    def _store(self, sender: str, value: tuple[int, int, int]) -> None:
+        self._state.pop(sender, None)
+        if len(self._state) >= self._max:
+            del self._state[next(iter(self._state))]
+        self._state[sender] = value
+
+
+class Codec:
+    """Encodes and decodes datagrams for one member."""
+
+    def __init__(self, *, cluster: str, settings: str, sender: str, epoch: int,
+                 keyring: Keyring, mtu_bytes: int, max_receive_bytes: int) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.sender = sender
+        self.epoch = epoch
+        self.keyring = keyring
+        self.mtu_bytes = mtu_bytes
+        self.max_receive_bytes = max_receive_bytes
+        self._seq = 0
+        # Envelope size with no messages and the widest possible seq, plus 3 bytes for an
+        # array header of up to 65535 messages.
+        self._envelope_overhead = len(msgpack.packb([cluster, settings, sender, epoch, _U64, []])) + 3
+
+    # --- sending ---
+
+    def encode_message(self, msg: Message) -> bytes:
+        return msgpack.packb(_to_wire(msg))
+
+    def capacity(self) -> int:
+        """Bytes available for ``message_cost``-sized messages in one datagram."""
+        overhead = _PREFIX_LEN + self._envelope_overhead
+        if self.keyring.enabled:
+            overhead += _ENCRYPTION_OVERHEAD
+        return self.mtu_bytes - overhead
+
+    @staticmethod
+    def message_cost(blob: bytes) -> int:
+        """Upper bound of the bytes one encoded message adds to a datagram (bin8/bin16 header)."""
+        return len(blob) + (2 if len(blob) < 256 else 3)
+
+    def seal(self, blobs: Sequence[bytes]) -> bytes:
+        """Build one datagram from pre-encoded messages (the caller keeps it within capacity)."""
+        self._seq += 1
+        envelope = msgpack.packb([self.cluster, self.settings, self.sender, self.epoch, self._seq,
+                                  list(blobs)], use_bin_type=True)
+        if self.keyring.enabled:
+            prefix = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_ENCRYPTED))
+            return prefix + self.keyring.seal(prefix, envelope)
+        return MAGIC + bytes((PROTOCOL_VERSION, _FLAG_PLAIN)) + envelope
+
+    # --- receiving ---
+
+    def open(self, data: bytes) -> Envelope:
+        """Decode and validate a datagram; raise ``Drop(reason)`` for anything invalid."""
+        if len(data) > self.max_receive_bytes:
+            raise Drop("oversized")
+        if len(data) < _PREFIX_LEN + 1:
+            raise Drop("truncated")
+        if data[:2] != MAGIC:
+            raise Drop("bad_magic")
+        if data[2] != PROTOCOL_VERSION:
+            raise Drop("unknown_version")
+        flags = data[3]
+        prefix, body = bytes(data[:_PREFIX_LEN]), bytes(data[_PREFIX_LEN:])
+        if flags == _FLAG_ENCRYPTED:
+            if not self.keyring.enabled:
+                raise Drop("unexpected_encrypted")
+            body = self.keyring.open(prefix, body)
+        elif flags == _FLAG_PLAIN:
+            if self.keyring.enabled:
+                raise Drop("unencrypted")
+        else:
+            raise Drop("bad_flags")
+        try:
+            return _decode_envelope(body, self.max_receive_bytes)
+        except Drop:
+            raise
+        except Exception:  # msgpack raises many types on garbage; all mean the same here
+            raise Drop("malformed") from None
+
+
+# --- encoding of single messages -------------------------------------------------------------
+
+def _to_wire(msg: Message) -> list[Any]:
+    if isinstance(msg, Alive):
+        m = msg.meta
+        return [_ALIVE, msg.node, msg.incarnation, msg.addr[0], msg.addr[1], m.weight, m.http,
+                dict(m.tags)]
+    if isinstance(msg, Suspect):
+        return [_SUSPECT, msg.node, msg.incarnation, msg.sender]
+    if isinstance(msg, Dead):
+        return [_DEAD, msg.node, msg.incarnation, msg.sender]
+    if isinstance(msg, Ping):
+        return [_PING, msg.seq, msg.target, msg.checksum]
+    if isinstance(msg, Ack):
+        return [_ACK, msg.seq, msg.checksum]
+    if isinstance(msg, Nack):
+        return [_NACK, msg.seq]
+    if isinstance(msg, PingReq):
+        return [_PINGREQ, msg.seq, msg.target, msg.target_addr[0], msg.target_addr[1]]
+    if isinstance(msg, PushPull):
+        return [_PUSHPULL, msg.sync_id, msg.reply]
+    if isinstance(msg, Refuse):
+        return [_REFUSE, msg.reason]
+    raise TypeError(f"not a wire message: {msg!r}")
+
+
+def encode_meta(meta: Meta) -> bytes:
+    """The metadata as it travels (used to enforce ``meta_max_bytes``)."""
+    return msgpack.packb([meta.weight, meta.http, dict(meta.tags)])
+
+
+# --- strict decoding -------------------------------------------------------------------------
+
+def _decode_envelope(body: bytes, limit: int) -> Envelope:
+    raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
+                          max_str_len=limit, max_bin_len=limit,
+                          max_array_len=_MAX_MESSAGES, max_map_len=_MAX_TAGS, max_ext_len=0)
+    items = _list(raw, 6)
+    cluster = _text(items[0], _MAX_ID)
+    settings = _text(items[1], _MAX_TEXT)
+    sender = _node_id(items[2])
+    epoch = _uint(items[3])
+    seq = _uint(items[4])
+    blobs = items[5]
+    if type(blobs) is not list:
+        raise Drop("malformed")
+    messages = []
+    for blob in blobs:
+        if type(blob) is not bytes:
+            raise Drop("malformed")
+        inner = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True,
+                                max_str_len=limit, max_bin_len=0,
+                                max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0)
+        messages.append(_from_wire(inner))
+    return Envelope(cluster, settings, sender, epoch, seq, tuple(messages))
+
+
+def _from_wire(raw: Any) -> Message:
+    if type(raw) is not list or not raw:
+        raise Drop("malformed")
+    code = raw[0]
+    if type(code) is not int:
+        raise Drop("malformed")
+    if code == _ALIVE:
+        f = _list(raw, 8)
+        meta = Meta(weight=_weight(f[5]), http=_text(f[6], _MAX_TEXT), tags=_tags(f[7]))
+        return Alive(_node_id(f[1]), _uint(f[2]), _addr(f[3], f[4]), meta)
+    if code == _SUSPECT:
+        f = _list(raw, 4)
+        return Suspect(_node_id(f[1]), _uint(f[2]), _node_id(f[3]))
+    if code == _DEAD:
+        f = _list(raw, 4)
+        return Dead(_node_id(f[1]), _uint(f[2]), _node_id(f[3]))
+    if code == _PING:
+        f = _list(raw, 4)
+        return Ping(_uint(f[1]), _node_id(f[2]), _uint(f[3]))
+    if code == _ACK:
+        f = _list(raw, 3)
+        return Ack(_uint(f[1]), _uint(f[2]))
+    if code == _NACK:
+        f = _list(raw, 2)
+        return Nack(_uint(f[1]))
+    if code == _PINGREQ:
+        f = _list(raw, 5)
+        return PingReq(_uint(f[1]), _node_id(f[2]), _addr(f[3], f[4]))
+    if code == _PUSHPULL:
+        f = _list(raw, 3)
+        if type(f[2]) is not bool:
+            raise Drop("malformed")
+        return PushPull(_uint(f[1]), f[2])
+    if code == _REFUSE:
+        f = _list(raw, 2)
+        return Refuse(_text(f[1], _MAX_TEXT))
+    raise Drop("unknown_message")
+
+
+def _list(raw: Any, n: int) -> list[Any]:
+    if type(raw) is not list or len(raw) != n:
+        raise Drop("malformed")
+    return raw
+
+
+def _uint(x: Any) -> int:
+    if type(x) is not int or not 0 <= x <= _U64:
+        raise Drop("malformed")
+    return x
+
+
+def _text(x: Any, max_len: int) -> str:
+    if type(x) is not str or len(x) > max_len:
+        raise Drop("malformed")
+    return x
+
+
+def _node_id(x: Any) -> str:
+    if type(x) is not str or not 0 < len(x) <= _MAX_ID:
+        raise Drop("malformed")
+    return x
+
+
+def _addr(host: Any, port: Any) -> Addr:
+    if type(host) is not str or not 0 < len(host) <= 255 or type(port) is not int or not 0 < port < 65536:
+        raise Drop("malformed")
+    return (host, port)
+
+
+def _weight(x: Any) -> float:
+    if type(x) is not float or not math.isfinite(x) or x < 0:
+        raise Drop("malformed")
+    return x
+
+
+def _tags(x: Any) -> dict[str, str]:
+    if type(x) is not dict or len(x) > _MAX_TAGS:
+        raise Drop("malformed")
+    for k, v in x.items():
+        _text(k, _MAX_TEXT)
+        _text(v, _MAX_TEXT)
+    return x

@@ -1,0 +1,313 @@
+"""Deterministic tests of the SWIM/Lifeguard core on a fake clock and an in-memory network."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from membership import ALIVE, DEAD, LEFT, SUSPECT, JoinRefused, MembershipConfig, Meta, Swim
+from membership.messages import Alive, Ping, Suspect
+from membership.queue import BroadcastQueue
+from membership_sim import SimNetwork, build_cluster, decode, forge
+
+
+def all_see(net: SimNetwork, subject: str, status: str, observers=None) -> bool:
+    observers = observers if observers is not None else [n.node_id for n in net.up_nodes() if n.node_id != subject]
+    return all(net.status(o, subject) == status for o in observers)
+
+
+# --- join and probing ------------------------------------------------------------------------
+
+def test_join_through_seed_converges_and_reports_joined_events():
+    net = build_cluster(5, seed=1)
+    for node in net.nodes.values():
+        others = {f"n{i}" for i in range(5)} - {node.node_id}
+        joined = {e.member.node_id for e in node.events if e.kind == "joined"}
+        assert joined == others
+        assert {m.node_id for m in node.core.live_members()} == {f"n{i}" for i in range(5)}
+    # every member computes the same view checksum once converged
+    assert len({n.core.view_checksum for n in net.nodes.values()}) == 1
+
+
+def test_join_retries_seed_that_is_not_up_yet():
+    net = SimNetwork(2)
+    net.add("n1", seeds=[], addr=("10.0.0.1", 7100))
+    late_seed_addr = ("10.0.0.1", 7200)
+    net.call("n1", lambda c, now: c.join([late_seed_addr], now))
+    net.run_for(3.0)  # seed absent: the join datagrams vanish
+    net.add("n0", addr=late_seed_addr)
+    assert net.run_until_true(net.converged, 10.0)
+
+
+def test_probes_are_acked_and_nobody_is_suspected_in_a_healthy_cluster():
+    net = build_cluster(4, seed=2)
+    net.run_for(20.0)
+    for node in net.nodes.values():
+        st = node.core.stats
+        assert st["probes_sent"] >= 15
+        assert st["acks_received"] >= st["probes_sent"] - 1
+        assert st["suspicions"] == 0
+        assert node.core.local_health == 0
+
+
+def test_round_robin_probes_every_member_once_per_round():
+    net = build_cluster(6, seed=3)
+    seen = []
+    target_of = {n.addr: n.node_id for n in net.nodes.values()}
+
+    def record(now, src, dst, data):
+        if src == net.nodes["n0"].addr and any(isinstance(m, Ping) for m in decode(net.config, data)):
+            seen.append(target_of[dst])
+
+    net.on_send = record
+    before = net.nodes["n0"].core.stats["probes_sent"]
+    net.run_for(10.0)
+    probes = net.nodes["n0"].core.stats["probes_sent"] - before
+    assert probes == 10
+    # Each other member is probed once per round of 5, so in 10 probes each is probed 1-3 times.
+    counts = {n: seen.count(n) for n in target_of.values() if n != "n0"}
+    assert all(1 <= c <= 3 for c in counts.values()), counts
+
+
+def test_indirect_probe_keeps_member_alive_when_direct_path_fails():
+    net = build_cluster(5, seed=4)
+    net.partition(["n0"], ["n1"])  # only the n0 <-> n1 path is broken
+    net.run_for(30.0)
+    assert net.nodes["n0"].core.stats["ping_reqs_sent"] > 0
+    assert sum(n.core.stats["relayed_pings"] for n in net.nodes.values()) > 0
+    assert all_see(net, "n1", ALIVE) and all_see(net, "n0", ALIVE)
+
+
+def test_indirect_probers_send_nacks_for_a_dead_target():
+    net = build_cluster(5, seed=5)
+    net.crash("n4")
+    net.run_until_true(lambda: all_see(net, "n4", DEAD), 20.0)
+    assert sum(n.core.stats["nacks_sent"] for n in net.up_nodes()) > 0
+    assert sum(n.core.stats["nacks_received"] for n in net.up_nodes()) > 0
+
+
+# --- suspicion, refutation, death ------------------------------------------------------------
+
+def test_crashed_member_is_declared_dead_by_everyone_with_events():
+    net = build_cluster(8, seed=6)
+    net.crash("n5")
+    assert net.run_until_true(lambda: all_see(net, "n5", DEAD), 20.0)
+    for node in net.up_nodes():
+        kinds = net.event_kinds(node.node_id, "n5")
+        assert kinds[-1] == "dead"
+        assert "n5" not in {m.node_id for m in node.core.live_members()}
+
+
+def test_suspected_member_refutes_with_higher_incarnation():
+    net = build_cluster(5, seed=7)
+    # A rumour (from a member that does not exist) that n2 is suspect reaches n1.
+    net.inject("n1", forge(net.config, "liar", [Suspect("n2", 0, "liar")]))
+    assert net.status("n1", "n2") == SUSPECT
+    assert net.run_until_true(lambda: all(n.core.member("n2").incarnation == 1 for n in net.nodes.values())
+                              and all_see(net, "n2", ALIVE), 5.0)
+    assert net.nodes["n2"].core.stats["refutations"] == 1
+    assert net.event_kinds("n1", "n2")[-2:] == ["suspect", "alive"]
+
+
+def test_suspect_is_still_a_live_member():
+    net = build_cluster(3, seed=8)
+    net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
+    live = {m.node_id: m.status for m in net.nodes["n0"].core.live_members()}
+    assert live["n1"] == SUSPECT
+
+
+def _lonely_core(config: MembershipConfig, n_members: int) -> Swim:
+    """A core that learned of n_members silent members by gossip (and is not probing yet)."""
+    core = Swim(config, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0)
+    core.handle_timer(0.0)  # first probe round: nobody known; next probe only much later
+    alive = [Alive(f"x{i}", 0, ("10.0.0.2", 100 + i), Meta()) for i in range(n_members)]
+    core.receive_datagram(forge(config, "x0", alive), ("10.0.0.2", 100), 0.0)
+    return core
+
+
+def _time_until_dead(core: Swim, node: str, start: float) -> float:
+    t = start
+    while core.member(node).status != DEAD:
+        t = core.get_timer()
+        core.handle_timer(t)
+    return t - start
+
+
+def test_independent_confirmations_shorten_the_suspicion_timeout():
+    # probe interval 100 s keeps the core from probing by itself; suspicion min = 1 s, max = 6 s
+    cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=1.0, suspicion_mult=0.01,
+                           suspicion_max_timeout_mult=6.0, suspicion_confirmations=3)
+    alone = _lonely_core(cfg, 9)
+    alone.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    assert _time_until_dead(alone, "x0", 1.0) == pytest.approx(6.0)
+
+    confirmed = _lonely_core(cfg, 9)
+    for i, accuser in enumerate(["x1", "x2", "x3", "x4"]):
+        confirmed.receive_datagram(forge(cfg, accuser, [Suspect("x0", 0, accuser)], seq=2),
+                                   ("10.0.0.2", 101 + i), 1.0)
+    assert _time_until_dead(confirmed, "x0", 1.0) == pytest.approx(1.0)
+
+    # the same accuser twice is not a confirmation
+    repeated = _lonely_core(cfg, 9)
+    for seq in (2, 3, 4):
+        repeated.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=seq), ("10.0.0.2", 101), 1.0)
+    assert _time_until_dead(repeated, "x0", 1.0) == pytest.approx(6.0)
+
+
+def test_plain_swim_uses_the_fixed_minimum_timeout():
+    cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=1.0, suspicion_mult=0.01, lifeguard=False)
+    core = _lonely_core(cfg, 9)
+    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    assert _time_until_dead(core, "x0", 1.0) == pytest.approx(1.0)
+
+
+def test_buddy_system_ping_to_a_suspect_carries_the_suspicion():
+    # Only n0 suspects n1 (rumour injected, gossip to n1 prevented); n0's next probe of n1
+    # carries the suspicion and n1 refutes.
+    net = build_cluster(2, seed=9)
+    net.nodes["n0"].core._queue = BroadcastQueue()  # no gossip in flight
+    net.partition(["n0"], ["n1"])
+    net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
+    net.nodes["n0"].core._queue = BroadcastQueue()  # the rumour is not gossiped to n1 either
+    net.heal()
+    assert net.run_until_true(lambda: net.nodes["n1"].core.incarnation == 1, 3.0)
+    assert net.run_until_true(lambda: net.status("n0", "n1") == ALIVE, 3.0)
+
+
+def test_local_health_rises_with_loop_lag_and_scales_the_probe_interval():
+    net = build_cluster(3, seed=10)
+    core = net.nodes["n0"].core
+    for _ in range(3):
+        net.call("n0", lambda c, now: c.report_loop_lag(1.0, now))
+    assert core.local_health == 3
+    before = core.stats["probes_sent"]
+    net.run_for(8.0)
+    # interval 1 s * (score+1): far fewer than 8 probes while unhealthy; each ack lowers the score
+    assert core.stats["probes_sent"] - before <= 4
+    net.run_for(10.0)
+    assert core.local_health == 0
+
+
+def test_lifeguard_off_ignores_loop_lag():
+    cfg = MembershipConfig(lifeguard=False)
+    net = build_cluster(3, seed=11, config=cfg)
+    net.call("n0", lambda c, now: c.report_loop_lag(1.0, now))
+    assert net.nodes["n0"].core.local_health == 0
+
+
+# --- dissemination, metadata, anti-entropy ---------------------------------------------------
+
+def test_metadata_update_reaches_every_member():
+    net = build_cluster(30, seed=12)
+    new = Meta(weight=2.5, http="http://10.0.0.1:8003", tags={"zone": "b"})
+    net.call("n3", lambda c, now: c.update_meta(new, now))
+    assert net.nodes["n3"].core.incarnation == 1
+    assert net.run_until_true(lambda: all(n.core.member("n3").meta == new for n in net.nodes.values()), 3.0)
+    assert all(net.event_kinds(n, "n3")[-1] == "updated" for n in net.nodes if n != "n3")
+
+
+def test_metadata_over_the_limit_is_refused():
+    net = build_cluster(2, seed=13)
+    with pytest.raises(ValueError, match="meta_max_bytes"):
+        net.call("n0", lambda c, now: c.update_meta(Meta(tags={"x": "y" * 600}), now))
+
+
+def test_anti_entropy_repairs_a_lost_update():
+    net = build_cluster(6, seed=14)
+    net.call("n2", lambda c, now: c.update_meta(Meta(weight=3.0), now))
+    net.nodes["n2"].core._queue = BroadcastQueue()  # as if every gossip datagram was lost
+    net.run_for(0.5)
+    assert net.nodes["n0"].core.member("n2").meta.weight == 1.0  # diverged
+    assert net.run_until_true(lambda: all(n.core.member("n2").meta.weight == 3.0 for n in net.nodes.values()), 15.0)
+    assert sum(n.core.stats["anti_entropy_syncs"] for n in net.nodes.values()) > 0
+
+
+def test_idle_converged_cluster_sends_no_full_state():
+    net = build_cluster(8, seed=15)
+    net.run_for(15.0)  # let join gossip settle
+    before = sum(n.core.stats["push_pull_sent"] for n in net.nodes.values())
+    net.run_for(30.0)
+    assert sum(n.core.stats["push_pull_sent"] for n in net.nodes.values()) == before
+
+
+# --- partitions, leave, restart --------------------------------------------------------------
+
+def test_network_partition_heals_and_clusters_merge():
+    cfg = MembershipConfig(dead_retry_interval_s=5.0)
+    net = build_cluster(6, seed=16, config=cfg)
+    a, b = ["n0", "n1", "n2"], ["n3", "n4", "n5"]
+    net.partition(a, b)
+    assert net.run_until_true(lambda: all(net.converged(side) for side in (a, b)), 40.0)
+    net.heal()
+    assert net.run_until_true(lambda: net.converged() and len({n.core.view_checksum for n in net.nodes.values()}) == 1, 60.0)
+
+
+def test_graceful_leave_is_announced_and_not_mistaken_for_a_failure():
+    net = build_cluster(6, seed=17)
+    net.call("n4", lambda c, now: c.leave(now))
+    assert net.run_until_true(lambda: net.nodes["n4"].core.leave_broadcast_done, 1.0)
+    net.crash("n4")  # the process stops after announcing
+    assert net.run_until_true(lambda: all_see(net, "n4", LEFT), 3.0)
+    for node in net.up_nodes():
+        assert net.event_kinds(node.node_id, "n4")[-1] == "left"
+    assert sum(n.core.stats["deaths_declared"] for n in net.nodes.values()) == 0
+
+
+def test_restarted_member_rejoins_with_a_higher_incarnation():
+    net = build_cluster(5, seed=18)
+    net.crash("n2")
+    assert net.run_until_true(lambda: all_see(net, "n2", DEAD), 20.0)
+    dead_inc = net.nodes["n0"].core.member("n2").incarnation
+    net.add("n2", seeds=["n0"])  # new process, same id and address, incarnation starts at 0
+    assert net.run_until_true(net.converged, 10.0)
+    assert net.nodes["n2"].core.incarnation > dead_inc
+    assert all(n.core.member("n2").incarnation == net.nodes["n2"].core.incarnation for n in net.nodes.values())
+    assert net.event_kinds("n1", "n2")[-1] == "joined"
+
+
+def test_restart_on_a_new_address_is_picked_up():
+    net = build_cluster(4, seed=19)
+    net.crash("n3")
+    net.add("n3", seeds=["n0"], addr=("10.0.0.1", 7999))
+    assert net.run_until_true(lambda: net.converged() and all(
+        n.core.member("n3").addr == ("10.0.0.1", 7999) for n in net.nodes.values()), 10.0)
+
+
+# --- wire-level behaviour in the cluster -----------------------------------------------------
+
+def test_every_datagram_respects_the_mtu_even_with_large_metadata():
+    cfg = MembershipConfig(mtu_bytes=600)
+    net = SimNetwork(20, config=cfg)
+    sizes = []
+    net.on_send = lambda now, src, dst, data: sizes.append(len(data))
+    big = lambda i: Meta(http=f"http://10.0.0.1:{8000 + i}", tags={"rack": "r" * 150, "i": str(i)})
+    net.add("n0", meta=big(0))
+    for i in range(1, 25):
+        net.add(f"n{i}", seeds=["n0"], meta=big(i))
+    assert net.run_until_true(net.converged, 20.0)
+    net.crash("n7")
+    net.call("n3", lambda c, now: c.update_meta(big(99), now))
+    net.run_for(20.0)
+    assert max(sizes) <= 600
+    # The full state (25 members * ~250 bytes) needed several datagrams per push-pull.
+    assert len(sizes) > 100
+
+
+def test_cluster_settings_mismatch_is_refused_with_an_event():
+    net = build_cluster(3, seed=21, config=MembershipConfig(cluster_settings="partitions=4096,replicas=3"))
+    other = MembershipConfig(cluster_settings="partitions=1024,replicas=3")
+    node = net.add("odd", seeds=["n0"], config=other)
+    net.run_for(1.0)
+    refused = [e for e in node.events if isinstance(e, JoinRefused)]
+    assert refused and "partitions=4096" in refused[0].reason
+    assert [m.node_id for m in node.core.live_members()] == ["odd"]
+    assert "odd" not in {m.node_id for m in net.nodes["n0"].core.members()}
+    assert any(isinstance(e, JoinRefused) for e in net.nodes["n0"].events)
+
+
+def test_other_cluster_name_is_dropped():
+    net = build_cluster(2, seed=22)
+    net.inject("n0", forge(MembershipConfig(cluster_name="other"), "x", [Alive("x", 0, ("10.0.0.9", 1), Meta())]))
+    assert net.nodes["n0"].core.stats["dropped_wrong_cluster"] == 1
+    assert net.nodes["n0"].core.member("x") is None
