@@ -1,0 +1,213 @@
+"""asyncio UDP driver for the sans-I/O ``Swim`` core (the shape of aioquic's asyncio/protocol.py).
+
+The driver owns the socket, the clock and the timers; the core owns the protocol. After every
+input (a datagram, a timer, an API call) the driver sends what the core queued, hands the core's
+events to subscribers, and re-arms a single ``loop.call_at(core.get_timer())``.
+
+It also measures event-loop lag: a periodic callback compares when it was due with when it ran
+and reports the difference to ``core.report_loop_lag``, so a member whose own loop is starved
+(GC, CPU contention, a blocking call) raises its Lifeguard local health score and waits longer
+before accusing others, instead of declaring healthy peers dead.
+
+Usage::
+
+    member = await start_member(MembershipConfig(), "n1", bind=("0.0.0.0", 7001),
+                                advertise=("10.0.0.1", 7001), meta=Meta(http="http://10.0.0.1:8001"),
+                                seeds=[("10.0.0.2", 7001)])
+    async for event in member.subscribe():   # MemberEvent | JoinRefused
+        ...
+    member.members(); member.live_members()
+    await member.update_meta(Meta(weight=2.0))
+    await member.leave()     # announce, give the gossip a moment, close
+    member.close()           # abrupt stop (as if the process died)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Iterable
+
+from .config import MembershipConfig
+from .core import Swim
+from .messages import Addr, Event, MemberInfo, Meta
+
+__all__ = ["Member", "Subscription", "start_member"]
+
+_UNSPECIFIED_HOSTS = {"0.0.0.0", "::", ""}
+
+
+class Subscription:
+    """Async iterator of events from one member; ends when the member closes."""
+
+    def __init__(self, member: "Member") -> None:
+        self._member = member
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    def __aiter__(self) -> "Subscription":
+        return self
+
+    async def __anext__(self) -> Event:
+        event = await self._queue.get()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    def close(self) -> None:
+        self._member._subscriptions.discard(self)
+        self._queue.put_nowait(None)
+
+
+class Member(asyncio.DatagramProtocol):
+    """A running member: one UDP socket driving one ``Swim`` core."""
+
+    def __init__(self, core: Swim, loop: asyncio.AbstractEventLoop, lag_check_interval_s: float) -> None:
+        self.core = core
+        self._loop = loop
+        self._transport: asyncio.DatagramTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._lag_interval = lag_check_interval_s
+        self._lag_handle: asyncio.TimerHandle | None = None
+        self._subscriptions: set[Subscription] = set()
+        self._left = asyncio.Event()
+        self.closed = False
+
+    # --- asyncio.DatagramProtocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple) -> None:
+        if not self.closed:
+            self.core.receive_datagram(data, (addr[0], addr[1]), self._loop.time())
+            self._flush()
+
+    def error_received(self, exc: Exception) -> None:
+        # e.g. ICMP port unreachable surfacing as ConnectionRefusedError: UDP is lossy anyway.
+        self.core.stats["socket_errors"] += 1
+
+    # --- public API ---
+
+    @property
+    def node_id(self) -> str:
+        return self.core.node_id
+
+    @property
+    def bound(self) -> Addr:
+        assert self._transport is not None
+        host, port = self._transport.get_extra_info("sockname")[:2]
+        return (host, port)
+
+    def members(self) -> list[MemberInfo]:
+        return self.core.members()
+
+    def live_members(self) -> list[MemberInfo]:
+        """Alive and suspect members (the set placement owns partitions from)."""
+        return self.core.live_members()
+
+    def subscribe(self) -> Subscription:
+        """Events from now on (``async for event in member.subscribe()``)."""
+        sub = Subscription(self)
+        self._subscriptions.add(sub)
+        return sub
+
+    async def update_meta(self, meta: Meta) -> None:
+        self.core.update_meta(meta, self._loop.time())
+        self._flush()
+
+    async def leave(self, timeout_s: float = 2.0) -> None:
+        """Announce the leave, wait (bounded) until it was gossiped, then close."""
+        if self.closed:
+            return
+        self.core.leave(self._loop.time())
+        self._flush()
+        try:
+            await asyncio.wait_for(self._left.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        """Stop at once, without telling anyone (others will detect the failure)."""
+        if self.closed:
+            return
+        self.closed = True
+        for handle in (self._timer, self._lag_handle):
+            if handle is not None:
+                handle.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        for sub in list(self._subscriptions):
+            sub.close()
+
+    # --- driving the core ---
+
+    def _start(self, seeds: Iterable[Addr]) -> None:
+        self.core.join(seeds, self._loop.time())
+        self._flush()
+        self._schedule_lag_check()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if not self.closed:
+            self.core.handle_timer(self._loop.time())
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._transport is not None
+        for data, addr in self.core.datagrams_to_send():
+            self._transport.sendto(data, addr)
+        for event in self.core.events():
+            for sub in self._subscriptions:
+                sub._queue.put_nowait(event)
+        if self.core.leave_broadcast_done:
+            self._left.set()
+        deadline = self.core.get_timer()
+        if deadline != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+
+    def _schedule_lag_check(self) -> None:
+        due = self._loop.time() + self._lag_interval
+        self._lag_handle = self._loop.call_at(due, self._check_lag, due)
+
+    def _check_lag(self, due: float) -> None:
+        if self.closed:
+            return
+        now = self._loop.time()
+        self.core.report_loop_lag(now - due, now)
+        self._flush()
+        self._schedule_lag_check()
+
+
+async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = ("127.0.0.1", 0),
+                       advertise: Addr | None = None, meta: Meta | None = None,
+                       seeds: Iterable[Addr] = (), rng: random.Random | None = None,
+                       incarnation: int = 0, lag_check_interval_s: float = 0.1) -> Member:
+    """Bind a UDP socket, start a core and join ``seeds``.
+
+    ``advertise`` is the address others should use; it defaults to the bound address and is
+    required when binding to a wildcard address (0.0.0.0 / ::). ``incarnation`` lets the caller
+    start above any incarnation the cluster may hold (e.g. derived from wall-clock seconds);
+    without it a restarted member learns the old incarnation at join and refutes it.
+    """
+    loop = asyncio.get_running_loop()
+    if advertise is None and bind[0] in _UNSPECIFIED_HOSTS:
+        raise ValueError(f"bound to the wildcard address {bind[0]!r}: pass advertise=(routable_host, port)")
+    # The core needs the advertised address, which for port 0 is only known after binding; so
+    # bind first with a placeholder protocol object, then build the core and swap it in (a
+    # datagram arriving in between is lost, which UDP allows).
+    transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=bind)
+    bound = transport.get_extra_info("sockname")[:2]
+    advertise = advertise or (bound[0], bound[1])
+    core = Swim(config, node_id, advertise, meta=meta, rng=rng or random.Random(),
+                now=loop.time(), incarnation=incarnation)
+    member = Member(core, loop, lag_check_interval_s)
+    transport.set_protocol(member)
+    member.connection_made(transport)
+    member._start(seeds)
+    return member
