@@ -39,6 +39,9 @@ class SimNetwork:
         self.nodes: dict[str, SimNode] = {}
         self.by_addr: dict[Addr, SimNode] = {}
         self.blocked: set[tuple[Addr, Addr]] = set()
+        #: node_id -> extra seconds before that node handles anything (a CPU-starved process):
+        #: datagrams reach it late, and its driver reports that much event-loop lag.
+        self.slow: dict[str, float] = {}
         self.max_datagram = 0
         self.datagrams = 0
         #: Optional hook called with (now, src, dst, data) for every datagram sent.
@@ -119,6 +122,8 @@ class SimNetwork:
             if node is None or node.core is not core or not node.up or self._timer_at.get(node_id) != t:
                 return
             self._timer_at[node_id] = None
+            if node_id in self.slow:
+                core.report_loop_lag(self.slow[node_id], self.now)
             core.handle_timer(self.now)
             self._after(node)
         else:
@@ -141,6 +146,9 @@ class SimNetwork:
             if (node.addr, dst) in self.blocked or (self.loss and self.rng.random() < self.loss):
                 continue
             delay = self.latency_s + self.rng.random() * self.jitter_s
+            receiver = self.by_addr.get(dst)
+            if receiver is not None:
+                delay += self.slow.get(receiver.node_id, 0.0)
             heapq.heappush(self._heap, (self.now + delay, next(self._counter), "dgram", (data, node.addr, dst)))
         node.events.extend(node.core.events())
         t = node.core.get_timer()

@@ -311,3 +311,35 @@ def test_other_cluster_name_is_dropped():
     net.inject("n0", forge(MembershipConfig(cluster_name="other"), "x", [Alive("x", 0, ("10.0.0.9", 1), Meta())]))
     assert net.nodes["n0"].core.stats["dropped_wrong_cluster"] == 1
     assert net.nodes["n0"].core.member("x") is None
+
+
+# --- slow members (the failure of seeds/000: loaded nodes losing ownership) -------------------
+
+def _dead_events(net: SimNetwork) -> list[tuple[str, str]]:
+    return [(n.node_id, e.member.node_id) for n in net.nodes.values() for e in n.events
+            if getattr(e, "kind", None) == "dead"]
+
+
+def test_member_with_sub_second_processing_lag_is_never_suspected():
+    net = build_cluster(16, seed=40)
+    net.slow["n3"] = 0.75  # every datagram waits 0.75 s before n3 handles it
+    net.run_for(120.0)
+    assert sum(n.core.stats["suspicions"] for n in net.nodes.values()) == 0
+    assert _dead_events(net) == []
+
+
+def test_lifeguard_protects_a_badly_lagging_member_better_than_plain_swim():
+    # n3 handles every datagram 1.5 s late: its own probes time out, so it accuses healthy
+    # members, and its acks come too late, so others accuse it.
+    events = {}
+    for lifeguard in (True, False):
+        net = build_cluster(16, seed=41, config=MembershipConfig(lifeguard=lifeguard))
+        net.slow["n3"] = 1.5
+        net.run_for(120.0)
+        events[lifeguard] = _dead_events(net)
+    # Plain SWIM: the slow member gets healthy members declared dead.
+    assert {subject for _, subject in events[False]} - {"n3"}
+    # Lifeguard: its local health score makes it distrust its own timeouts, and its lone
+    # accusations need the long unconfirmed suspicion timeout: no healthy member dies.
+    assert {subject for _, subject in events[True]} <= {"n3"}
+    assert len(events[True]) * 3 <= len(events[False])
