@@ -6,6 +6,7 @@ Runs N ``Swim`` cores on a fake clock over the in-memory network of tests/member
 Python's speed.
 
     python benchmarks/bench_membership.py [--n 256] [--kills 8] [--updates 8] [--seed 1]
+    python benchmarks/bench_membership.py --udp [--n 256]   # real sockets: CPU of N members
 
 Reports:
 * detection: per kill, the time until the killed member is dead in *every* other view
@@ -14,11 +15,15 @@ Reports:
 * dissemination: time until a metadata update is seen by every member (p50/p99 over updates);
 * load: datagrams sent per member per second while idle and during the failure trials;
 * false positives: deaths declared for members that were alive (should be 0).
+
+``--udp`` instead starts N asyncio members on loopback in this one process, waits until they
+converge, and reports the CPU time the process uses per second while the cluster idles.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import sys
@@ -36,6 +41,33 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+async def udp_cpu(n: int, idle_s: float = 20.0) -> None:
+    from membership.aio import start_member
+
+    loop = asyncio.get_running_loop()
+    first = await start_member(MembershipConfig(), "u0")
+    members = [first]
+    for i in range(1, n):
+        members.append(await start_member(MembershipConfig(), f"u{i}", seeds=[first.bound]))
+    start = loop.time()
+    while not all(len(m.live_members()) == n for m in members):
+        if loop.time() - start > 120:
+            raise SystemExit("real-UDP cluster did not converge in 120 s")
+        await asyncio.sleep(0.5)
+    print(f"N={n} real UDP members converged after {loop.time() - start:.1f} s")
+    await asyncio.sleep(10.0)  # join gossip dies down
+    cpu0, t0 = time.process_time(), loop.time()
+    sent0 = sum(m.core.stats["datagrams_out"] for m in members)
+    await asyncio.sleep(idle_s)
+    cpu, dt = time.process_time() - cpu0, loop.time() - t0
+    sent = sum(m.core.stats["datagrams_out"] for m in members) - sent0
+    suspicions = sum(m.core.stats["suspicions"] for m in members)
+    print(f"idle: {100 * cpu / dt:.1f}% of one core for {n} members, "
+          f"{sent / dt / n:.2f} datagrams/s per member, suspicions so far {suspicions}")
+    for m in members:
+        m.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=256)
@@ -43,7 +75,11 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-lifeguard", action="store_true")
+    ap.add_argument("--udp", action="store_true")
     args = ap.parse_args()
+    if args.udp:
+        asyncio.run(udp_cpu(args.n))
+        return
     wall = time.perf_counter()
     cfg = MembershipConfig(lifeguard=not args.no_lifeguard)
     rng = random.Random(args.seed)

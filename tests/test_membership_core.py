@@ -343,3 +343,33 @@ def test_lifeguard_protects_a_badly_lagging_member_better_than_plain_swim():
     # accusations need the long unconfirmed suspicion timeout: no healthy member dies.
     assert {subject for _, subject in events[True]} <= {"n3"}
     assert len(events[True]) * 3 <= len(events[False])
+
+
+def test_lossy_network_converges_without_false_deaths_and_still_detects_a_crash():
+    net = SimNetwork(5, loss=0.10)
+    net.add("n0")
+    for i in range(1, 20):
+        net.add(f"n{i}", seeds=["n0"])
+    assert net.run_until_true(net.converged, 30.0)
+    net.run_for(60.0)
+    assert _dead_events(net) == []
+    assert sum(n.core.stats["refutations"] for n in net.nodes.values()) > 0  # suspicions happened
+    net.crash("n7")
+    assert net.run_until_true(lambda: all_see(net, "n7", DEAD), 20.0)
+
+
+def test_full_state_cannot_revive_the_dead_nor_kill_the_living_outright():
+    from membership.messages import Dead, PushPull
+
+    cfg = MembershipConfig()
+    core = Swim(cfg, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0)
+    x = Alive("x", 2, ("10.0.0.2", 2), Meta())
+    core.receive_datagram(forge(cfg, "a", [x, Alive("y", 0, ("10.0.0.3", 3), Meta())]), ("10.0.0.9", 9), 0.0)
+    core.receive_datagram(forge(cfg, "a", [Dead("x", 2, "a")], seq=2), ("10.0.0.9", 9), 0.1)
+    assert core.member("x").status == DEAD
+    # a stale peer's full state still has x alive at the same incarnation (memberlist#312)
+    core.receive_datagram(forge(cfg, "b", [PushPull(1, False), x]), ("10.0.0.8", 8), 0.2)
+    assert core.member("x").status == DEAD
+    # a peer's full state that says y is dead only makes y suspect here
+    core.receive_datagram(forge(cfg, "b", [PushPull(2, False), Dead("y", 0, "b")], seq=2), ("10.0.0.8", 8), 0.3)
+    assert core.member("y").status == SUSPECT
