@@ -97,7 +97,7 @@ def main() -> None:
     idle_rate = (net.datagrams - d0) / (net.now - t0) / args.n
     push_pulls_idle = sum(n.core.stats["push_pull_sent"] for n in net.nodes.values()) - pp0
 
-    everywhere, per_observer = [], []
+    everywhere, per_observer, first_suspect = [], [], []
     d0, t0 = net.datagrams, net.now
     for _ in range(args.kills):
         victim = rng.choice([n.node_id for n in net.up_nodes()])
@@ -107,6 +107,9 @@ def main() -> None:
         ok = net.run_until_true(lambda: all(net.status(o.node_id, victim) == DEAD for o in observers), 60.0, 0.01)
         assert ok, f"{victim} not declared dead everywhere"
         everywhere.append(net.now - killed_at)
+        first_suspect.append(min(e.at for o in observers for e in o.events if isinstance(e, MemberEvent)
+                                 and e.kind == "suspect" and e.member.node_id == victim
+                                 and e.at >= killed_at) - killed_at)
         for o in observers:
             at = [e.at for e in o.events if isinstance(e, MemberEvent) and e.kind == "dead"
                   and e.member.node_id == victim]
@@ -130,6 +133,7 @@ def main() -> None:
                        if isinstance(e, MemberEvent) and e.kind == "dead" and net.nodes[e.member.node_id].up)
     print(f"detection, dead in every view: p50 {pct(everywhere, 50):.2f} s  p99 {pct(everywhere, 99):.2f} s"
           f"  max {max(everywhere):.2f} s  ({args.kills} kills)")
+    print(f"first suspicion anywhere:      p50 {pct(first_suspect, 50):.2f} s  p99 {pct(first_suspect, 99):.2f} s")
     print(f"detection, per observer:       p50 {pct(per_observer, 50):.2f} s  p99 {pct(per_observer, 99):.2f} s")
     print(f"update reaches everyone:       p50 {pct(spread, 50):.2f} s  p99 {pct(spread, 99):.2f} s"
           f"  ({args.updates} updates; resolution 0.01 s)")

@@ -506,6 +506,11 @@ class Swim:
         self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
                                                 start=now, k=k, min_s=min_s, max_s=max_s)
         self.stats["suspicions"] += 1
+        if accuser != self.node_id and was_alive and n > 2 and \
+                self._rng.random() < cfg.suspicion_reprobe_members / (n - 2):
+            # Probe the suspect next (see MembershipConfig.suspicion_reprobe_members).
+            self._probe_order.insert(self._probe_index, m.node_id)
+            self.stats["suspect_reprobes"] += 1
         if was_alive:
             m.since = now
             self._set_changed(m, "suspect", now)
