@@ -66,8 +66,8 @@ class MembershipConfig:
     #: Event-loop lag above which the driver-reported lag counts as a health problem.
     loop_lag_threshold_s: float = 0.2
     #: Master switch: False turns off local health awareness, the confirmation-based
-    #: suspicion timeout (a fixed timeout = the minimum is used, as in plain SWIM) and the buddy
-    #: system, so simulations can compare plain SWIM with SWIM + Lifeguard.
+    #: suspicion timeout (a fixed timeout = the minimum is used, as in plain SWIM), the buddy
+    #: system and suspect re-probing, so simulations can compare plain SWIM with SWIM + Lifeguard.
     lifeguard: bool = True
 
     # --- dissemination (SWIM section 4) ---

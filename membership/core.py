@@ -36,7 +36,10 @@ Lifeguard (arXiv 1707.00788). Local health awareness (``awareness.py``) scales p
 and timeout by ``score + 1``; the score rises on failed probes with missing nacks, on having to
 refute, and on event-loop lag reported by the driver, and falls on successful probes. The
 buddy system: a ping to a suspect carries the ``Suspect`` message, so the suspect can refute at
-once. ``config.lifeguard = False`` turns these off (plain SWIM with a fixed suspicion timeout).
+once. Our addition: a few members (``suspicion_reprobe_members``) that hear of a new suspicion
+probe the suspect next, so the independent confirmations that shorten the suspicion arrive in
+about two periods rather than by chance. ``config.lifeguard = False`` turns all of this off
+(plain SWIM with a fixed suspicion timeout).
 
 Dissemination (SWIM section 4.1). Every accepted state change is queued (``queue.py``) and
 piggybacked on pings, acks and every other datagram, filling each up to ``mtu_bytes``, newest
@@ -506,7 +509,7 @@ class Swim:
         self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
                                                 start=now, k=k, min_s=min_s, max_s=max_s)
         self.stats["suspicions"] += 1
-        if accuser != self.node_id and was_alive and n > 2 and \
+        if cfg.lifeguard and accuser != self.node_id and was_alive and n > 2 and \
                 self._rng.random() < cfg.suspicion_reprobe_members / (n - 2):
             # Probe the suspect next (see MembershipConfig.suspicion_reprobe_members).
             self._probe_order.insert(self._probe_index, m.node_id)
