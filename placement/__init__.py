@@ -1,0 +1,22 @@
+"""Partition placement by weighted rendezvous hashing: a pure, deterministic core.
+
+    from placement import PlacementTable
+    t = PlacementTable.build({"n1": 1.0, "n2": 2.0, "n3": 1.0}, partitions=4096, replicas=2, seed=0)
+    t.lookup("order-42")   # owners of the key's partition, leader first
+
+See ``placement.table`` for the API, ``placement.rendezvous`` for the ranking rule and
+``placement.hashing`` for the bit-exact hash and fixed-point logarithm definitions.
+"""
+
+from .errors import InvalidConfigError, InvalidMembershipError, NoOwnerError, PlacementError, SnapshotError
+from .table import PlacementTable, TableConfig
+
+__all__ = [
+    "PlacementTable",
+    "TableConfig",
+    "PlacementError",
+    "InvalidMembershipError",
+    "InvalidConfigError",
+    "NoOwnerError",
+    "SnapshotError",
+]

@@ -1,0 +1,113 @@
+"""The ``placement`` command line. Subcommands grow with the project (node, cluster, ...).
+
+    placement demo                         # placement of a demo membership, with a join and a leave
+    placement table --member n1=1 --member n2=2 --partitions 4096 --replicas 2 [--json]
+    placement table --members members.json # {"n1": 1.0, ...} or [["n1", 1.0], ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from .errors import PlacementError
+from .table import PlacementTable
+
+DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
+
+
+def _member_arg(text: str) -> tuple[str, float]:
+    member_id, sep, weight = text.partition("=")
+    try:
+        return member_id, float(weight) if sep else 1.0
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ID=WEIGHT, got {text!r}") from None
+
+
+def _load_members(args: argparse.Namespace) -> dict[str, float] | list:
+    if args.members:
+        with open(args.members, encoding="utf-8") as fh:
+            return json.load(fh)
+    if args.member:
+        return list(args.member)
+    raise PlacementError("give members with --member ID=WEIGHT (repeatable) or --members FILE")
+
+
+def _add_table_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--partitions", type=int, default=4096, help="partition count (default 4096)")
+    p.add_argument("--replicas", type=int, default=1, help="replicas per partition, leader first (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="hash seed shared by the cluster (default 0)")
+    p.add_argument("--capacity-factor", type=float, default=None, help="bounded loads, e.g. 1.05 (default off)")
+
+
+def print_summary(t: PlacementTable, out=sys.stdout) -> None:
+    print(t, file=out)
+    load = t.load()
+    mean = t.partitions / max(1, len(load))
+    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs mean':>9}", file=out)
+    replica_load = t.load(leader_only=False)
+    for m, w in t.members.items():
+        lead = load.get(m, 0)
+        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{lead / mean:>9.2f}", file=out)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    t = PlacementTable.build(DEMO_MEMBERS, partitions=args.partitions, replicas=args.replicas, seed=args.seed)
+    print(f"Built in {1000 * (time.perf_counter() - t0):.1f} ms (weights are shares: n3 has 2, n5 has 0.5)\n")
+    print_summary(t)
+    for key in ("order-42", "customer-7", "invoice-2026-11"):
+        print(f"key {key!r:<18} -> partition {t.partition_of(key):>5} -> owners {t.lookup(key)}")
+    joined = t.with_members({**DEMO_MEMBERS, "n6": 1.0})
+    moved = t.moved(joined, leaders=True)
+    print(f"\nn6 joins (weight 1): {len(moved)} leaderships move, all to n6: "
+          f"{all(joined.owner(p) == 'n6' for p in moved)} (expected P*w/W = {t.partitions / (sum(DEMO_MEMBERS.values()) + 1):.0f})")
+    left = joined.with_members({m: w for m, w in {**DEMO_MEMBERS, 'n6': 1.0}.items() if m != "n2"})
+    moved = joined.moved(left, leaders=True)
+    print(f"n2 leaves: {len(moved)} leaderships move, all were n2's: {all(joined.owner(p) == 'n2' for p in moved)}")
+    print("\nThe local gossip cluster (placement node/cluster) is not built yet; see README.")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    t = PlacementTable.build(
+        _load_members(args), partitions=args.partitions, replicas=args.replicas, seed=args.seed,
+        capacity_factor=args.capacity_factor,
+    )
+    if args.json:
+        print(t.to_json())
+    else:
+        print_summary(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="placement", description="Partition placement by weighted rendezvous hashing.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="print the placement of a demo membership, then a join and a leave")
+    _add_table_options(demo)
+    demo.set_defaults(func=cmd_demo)
+    table = sub.add_parser("table", help="compute the placement table of a membership")
+    table.add_argument("--member", action="append", type=_member_arg, metavar="ID=WEIGHT")
+    table.add_argument("--members", metavar="FILE", help='JSON file: {"id": weight, ...}')
+    table.add_argument("--json", action="store_true", help="print the snapshot as JSON (the wire form)")
+    _add_table_options(table)
+    table.set_defaults(func=cmd_table)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (PlacementError, OSError, json.JSONDecodeError) as exc:
+        print(f"placement: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Weighted rendezvous (highest-random-weight) ranking: who holds partition p.
+
+Members of partition p are ranked by the total order
+
+    (draw asc, H desc, member id asc)      draw = (L << 26) // W
+
+where H = pair_hash(p, m) (64 bits), L = -log2(u) in 32.32 fixed point (``hashing``) and
+W = the weight in units of 1/65536 (``weight_units``). ``draw`` is the integer form of the
+logarithmic method's score -ln(u)/w (Schindelhauer & Schomaker 2005; Ceph straw2 divides
+its integer ln by the weight the same way), so a member wins with probability w / sum(w).
+The top ``replicas`` members form the replica set, leader first. Everything is integer
+arithmetic, so the order is bit-identical on every machine, whatever the member order.
+
+Two implementations share that definition:
+
+* ``rank_one`` - the scalar reference: score every member with Python ints and sort.
+* ``rank_many`` - the vectorised path. Among members of *equal* weight, draw is a
+  non-increasing function of H, so the order inside a weight group is simply H desc, id
+  asc. We therefore take each group's top-k by H with numpy ``argmax`` on raw 64-bit hashes
+  (no logarithm), and compute L and draw only for those few candidates per partition.
+  With G distinct weights this scores k*G candidates instead of N members; a cluster
+  whose members all have different weights falls back to scoring everyone (same result,
+  slower). ``tests/test_rendezvous.py`` checks both against each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from .errors import InvalidMembershipError
+from .hashing import (
+    member_hash,
+    neg_log2_fp,
+    neg_log2_fp_np,
+    pair_hash,
+    partition_hash,
+    partition_hashes,
+    fmix64_np,
+)
+
+WEIGHT_SCALE: Final = 1 << 16  # weights are quantised to 1/65536
+MAX_WEIGHT: Final = 1_000_000.0
+DRAW_SHIFT: Final = 26  # L < 2**38, so L << 26 fits in 64 bits
+_BLOCK_ELEMS: Final = 1 << 16  # ~512 KiB of uint64 per block: stays in L2
+
+
+def weight_units(member_id: str, weight: float) -> int:
+    """Quantise a weight to an integer number of 1/65536 units, validating it.
+
+    Quantising makes the score integer arithmetic (and the checksum exact); the rounding
+    is IEEE-exact because 65536 is a power of two.
+    """
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise InvalidMembershipError(f"weight of member {member_id!r} must be a number, got {weight!r}")
+    w = float(weight)
+    if w != w or w in (float("inf"), float("-inf")):
+        raise InvalidMembershipError(f"weight of member {member_id!r} must be finite, got {weight!r}")
+    if w < 0:
+        raise InvalidMembershipError(f"weight of member {member_id!r} must be >= 0, got {weight!r}")
+    if w > MAX_WEIGHT:
+        raise InvalidMembershipError(
+            f"weight of member {member_id!r} is {weight!r}; the maximum is {MAX_WEIGHT:g} (scale weights down)"
+        )
+    units = round(w * WEIGHT_SCALE)
+    if w > 0 and units == 0:
+        raise InvalidMembershipError(
+            f"weight of member {member_id!r} is {weight!r}; the smallest positive weight is 1/{WEIGHT_SCALE}"
+        )
+    return units
+
+
+def draw_of(h: int, units: int) -> int:
+    """Integer score of one (partition, member) pair; lower wins."""
+    return (neg_log2_fp(h) << DRAW_SHIFT) // units
+
+
+def draws_np(h: np.ndarray, units: np.ndarray) -> np.ndarray:
+    return (neg_log2_fp_np(h) << np.uint64(DRAW_SHIFT)) // units.astype(np.uint64)
+
+
+@dataclass(frozen=True)
+class Members:
+    """Ranking inputs for a membership: ids sorted ascending, their hashes and weight units.
+
+    Only members with positive weight take part in ranking; index i refers to ``ids[i]``.
+    """
+
+    ids: tuple[str, ...]
+    hashes: np.ndarray  # uint64, member_hash(id, seed)
+    units: np.ndarray  # int64, weight units (> 0)
+
+    @classmethod
+    def build(cls, weights: dict[str, int], seed: int) -> "Members":
+        ids = tuple(sorted(m for m, u in weights.items() if u > 0))
+        hashes = np.array([member_hash(m, seed) for m in ids], dtype=np.uint64)
+        units = np.array([weights[m] for m in ids], dtype=np.int64)
+        return cls(ids, hashes, units)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def rank_one(p: int, members: Members, seed: int, k: int) -> tuple[int, ...]:
+    """Scalar reference: indices of the top-k members of partition p, leader first."""
+    hp = partition_hash(p, seed)
+    keyed = []
+    for i, (hm, units) in enumerate(zip(members.hashes.tolist(), members.units.tolist())):
+        h = pair_hash(hp, hm)
+        keyed.append((draw_of(h, units), -h, i))
+    keyed.sort()
+    return tuple(i for _, _, i in keyed[:k])
+
+
+@dataclass
+class Ranked:
+    """Top-k of many partitions: member index, H and draw per slot, each shape (P, k)."""
+
+    idx: np.ndarray  # int32
+    h: np.ndarray  # uint64
+    draw: np.ndarray  # uint64
+
+
+def _group_top_by_hash(hp: np.ndarray, hm: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k columns of fmix64(hp x hm) per row by H desc, column asc, via repeated argmax."""
+    rows, n = len(hp), len(hm)
+    out_col = np.empty((rows, k), dtype=np.int32)
+    out_h = np.empty((rows, k), dtype=np.uint64)
+    block = max(1, _BLOCK_ELEMS // n)
+    x = np.empty((min(block, rows), n), dtype=np.uint64)
+    tmp = np.empty_like(x)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        xb, tb = x[: stop - start], tmp[: stop - start]
+        np.bitwise_xor(hp[start:stop, None], hm[None, :], out=xb)
+        fmix64_np(xb, tb)
+        ar = np.arange(stop - start)
+        for j in range(k):
+            col = xb.argmax(axis=1)  # first maximum: ties go to the lower column (id)
+            out_col[start:stop, j] = col
+            out_h[start:stop, j] = xb[ar, col]
+            if j + 1 < k:
+                xb[ar, col] = 0  # masked; a genuine H of 0 is resolved in rank_many
+    return out_col, out_h
+
+
+def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: int) -> Ranked:
+    """Order each row's candidates by (draw, -H, idx) and keep the first k."""
+    rows, c = cand_idx.shape
+    if c > 4 * k:  # many candidates: keep only those that can make the top k (ties kept)
+        kth = np.partition(cand_draw, k - 1, axis=1)[:, k - 1 : k]
+        r, col = np.nonzero(cand_draw <= kth)
+    else:
+        r, col = np.divmod(np.arange(rows * c), c)
+    d, h, i = cand_draw[r, col], cand_h[r, col], cand_idx[r, col]
+    order = np.lexsort((i, ~h, d, r))
+    r, d, h, i = r[order], d[order], h[order], i[order]
+    starts = np.searchsorted(r, np.arange(rows))
+    take = (starts[:, None] + np.arange(k)[None, :]).ravel()
+    return Ranked(
+        idx=i[take].reshape(rows, k).astype(np.int32),
+        h=h[take].reshape(rows, k),
+        draw=d[take].reshape(rows, k),
+    )
+
+
+def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ranked:
+    """Vectorised ranking of the given partitions; equal to ``rank_one`` row by row."""
+    k = min(k, len(members))
+    rows = len(partitions)
+    if k == 0:
+        empty = np.empty((rows, 0), dtype=np.uint64)
+        return Ranked(np.empty((rows, 0), dtype=np.int32), empty, empty.copy())
+    hp = partition_hashes(partitions, seed)
+    cols_idx, cols_h = [], []
+    units = members.units
+    for u in np.unique(units):
+        group = np.flatnonzero(units == u).astype(np.int32)
+        if len(group) <= k:  # every member of a small group is a candidate
+            h = np.bitwise_xor(hp[:, None], members.hashes[group][None, :])
+            cols_idx.append(np.broadcast_to(group, (rows, len(group))))
+            cols_h.append(fmix64_np(h))
+            continue
+        col, h = _group_top_by_hash(hp, members.hashes[group], k)
+        cols_idx.append(group[col])
+        cols_h.append(h)
+    cand_idx = np.concatenate(cols_idx, axis=1)
+    cand_h = np.concatenate(cols_h, axis=1)
+    cand_draw = draws_np(cand_h, units[cand_idx])
+    ranked = _select(cand_idx, cand_h, cand_draw, k)
+    if k > 1:  # a masked slot (0) may have shadowed a member whose H really is 0
+        suspect_rows = np.flatnonzero((ranked.h[:, 1:] == 0).any(axis=1))
+        for r in suspect_rows:
+            _fill_row(ranked, r, int(partitions[r]), members, seed)
+    return ranked
+
+
+def _fill_row(ranked: Ranked, r: int, p: int, members: Members, seed: int) -> None:
+    """Overwrite row r of ``ranked`` with the scalar reference's answer for partition p."""
+    hp = partition_hash(p, seed)
+    for j, i in enumerate(rank_one(p, members, seed, ranked.idx.shape[1])):
+        h = pair_hash(hp, int(members.hashes[i]))
+        ranked.idx[r, j] = i
+        ranked.h[r, j] = h
+        ranked.draw[r, j] = draw_of(h, int(members.units[i]))
+
+
+def validate_members(weights: object) -> dict[str, int]:
+    """Check members - a {id: weight} mapping or (id, weight) pairs - and return {id: units}."""
+    if isinstance(weights, dict):
+        pairs = list(weights.items())
+    elif isinstance(weights, (list, tuple)) and all(isinstance(x, (list, tuple)) and len(x) == 2 for x in weights):
+        pairs = [tuple(x) for x in weights]
+    else:
+        raise InvalidMembershipError(
+            f"members must be a dict of id -> weight or a list of (id, weight) pairs, got {type(weights).__name__}"
+        )
+    out: dict[str, int] = {}
+    for member_id, weight in pairs:
+        if not isinstance(member_id, str) or not member_id:
+            raise InvalidMembershipError(f"member ids must be non-empty strings, got {member_id!r}")
+        if member_id in out:
+            raise InvalidMembershipError(f"member id {member_id!r} appears more than once")
+        if member_id != member_id.strip() or any(ord(c) < 32 for c in member_id):
+            raise InvalidMembershipError(f"member id {member_id!r} has surrounding spaces or control characters")
+        out[member_id] = weight_units(member_id, weight)
+    return out

@@ -1,0 +1,413 @@
+"""The placement table: owners of every partition for one membership, and key routing.
+
+A ``PlacementTable`` is an immutable value computed from (members with weights,
+partition count, replica count, seed[, capacity factor]) and nothing else - so every
+node, client and Spark executor that knows the member list builds the same table, and
+``checksum`` names it. Keys map to partitions with ``hashing.key_hash`` mod P; partition
+owners come from ``rendezvous`` (pure HRW) or ``bounded`` (HRW with a load cap).
+
+``with_members`` applies a membership change incrementally and returns exactly what a
+full ``build`` would: a join scores one new column (O(P)) and inserts the newcomer where
+it beats a current replica; a leave re-ranks only the partitions the leaver held.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from typing import Any, Final
+
+import mmh3
+import msgpack
+import numpy as np
+
+from . import bounded
+from .errors import InvalidConfigError, NoOwnerError, SnapshotError
+from .hashing import fmix64_np, key_hash, member_hash, partition_hashes
+from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, validate_members
+
+SNAPSHOT_FORMAT: Final = "placement-table/1"
+MAX_PARTITIONS: Final = 1 << 24
+MAX_REPLICAS: Final = 16
+# Beyond this many member changes at once a full build is cheaper than incremental steps.
+_INCREMENTAL_LIMIT_FRACTION: Final = 8
+_SENTINEL: Final = np.uint64((1 << 64) - 1)
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """The cluster-wide settings a table is built with (all nodes must share them)."""
+
+    partitions: int
+    replicas: int = 1
+    seed: int = 0
+    capacity_factor: float | None = None  # bounded loads off by default
+
+    def __post_init__(self) -> None:
+        def need_int(name: str, value: object, lo: int, hi: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise InvalidConfigError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+        need_int("partitions", self.partitions, 1, MAX_PARTITIONS)
+        need_int("replicas", self.replicas, 1, MAX_REPLICAS)
+        need_int("seed", self.seed, 0, (1 << 32) - 1)
+        c = self.capacity_factor
+        if c is not None:
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 1.0:
+                raise InvalidConfigError(f"capacity_factor must be a finite number >= 1.0 or None, got {c!r}")
+
+
+def _checksum(units: Mapping[str, int], config: TableConfig) -> str:
+    c = config.capacity_factor
+    ident = [
+        SNAPSHOT_FORMAT,
+        config.partitions,
+        config.replicas,
+        config.seed,
+        None if c is None else float(c).hex(),
+        sorted(units.items()),
+    ]
+    a, b = mmh3.hash64(msgpack.packb(ident), 0x5EED, signed=False)
+    return f"{a:016x}{b:016x}"
+
+
+class PlacementTable:
+    """Owners (replica sets, leader first) of every partition for one membership."""
+
+    def __init__(
+        self, config: TableConfig, units: dict[str, int], members: Members, ranked: Ranked | None, owner_idx: np.ndarray
+    ):
+        self.config = config
+        self._units = units
+        self._members = members
+        self._ranked = ranked  # pure HRW top-k with scores, for incremental updates (None: unknown)
+        self._owner_idx = owner_idx  # (P, r) int32 indices into members.ids: the answer
+        self._owner_idx.setflags(write=False)
+        self.checksum: str = _checksum(units, config)
+
+    # ----- construction ---------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        members: Mapping[str, float] | Iterable[tuple[str, float]],
+        partitions: int,
+        replicas: int = 1,
+        seed: int = 0,
+        capacity_factor: float | None = None,
+    ) -> "PlacementTable":
+        """Compute the table from scratch. ``members`` maps id -> weight (weight 0 never owns)."""
+        config = TableConfig(partitions, replicas, seed, capacity_factor)
+        units = validate_members(members)
+        return cls._from_units(config, units)
+
+    @classmethod
+    def _from_units(cls, config: TableConfig, units: dict[str, int]) -> "PlacementTable":
+        ms = Members.build(units, config.seed)
+        ranked = rank_many(np.arange(config.partitions), ms, config.seed, config.replicas)
+        return cls(config, units, ms, ranked, cls._final_owners(config, ms, ranked))
+
+    @staticmethod
+    def _final_owners(config: TableConfig, ms: Members, ranked: Ranked) -> np.ndarray:
+        if config.capacity_factor is None:
+            return ranked.idx
+        return bounded.assign(ms, config.partitions, config.replicas, config.seed, Fraction(config.capacity_factor))
+
+    def with_members(self, members: Mapping[str, float] | Iterable[tuple[str, float]]) -> "PlacementTable":
+        """The table for a new membership; equal to ``build`` with it, computed incrementally."""
+        units = validate_members(members)
+        if units == self._units:
+            return self
+        old = {m: u for m, u in self._units.items() if u > 0}
+        new = {m: u for m, u in units.items() if u > 0}
+        leaving = sorted(m for m in old if new.get(m) != old[m])
+        joining = sorted(m for m in new if old.get(m) != new[m])
+        limit = max(4, len(self._members) // _INCREMENTAL_LIMIT_FRACTION)
+        if self._ranked is None or len(leaving) + len(joining) > limit:
+            return self._from_units(self.config, units)
+        ms, ranked = self._members, self._ranked
+        for m in leaving:
+            ms, ranked = _remove(ms, ranked, m, self.config)
+        for m in joining:
+            ms, ranked = _add(ms, ranked, m, new[m], self.config)
+        return PlacementTable(self.config, units, ms, ranked, self._final_owners(self.config, ms, ranked))
+
+    # ----- lookups ----------------------------------------------------------------------
+    @property
+    def partitions(self) -> int:
+        return self.config.partitions
+
+    @property
+    def replicas(self) -> int:
+        return self.config.replicas
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def members(self) -> dict[str, float]:
+        """id -> weight (as quantised: a multiple of 1/65536), including weight-0 members."""
+        return {m: u / WEIGHT_SCALE for m, u in sorted(self._units.items())}
+
+    @cached_property
+    def _owner_tuples(self) -> tuple[tuple[str, ...], ...]:
+        ids = self._members.ids
+        return tuple(tuple(ids[i] for i in row) for row in self._owner_idx.tolist())
+
+    @cached_property
+    def lookup(self):
+        """``lookup(key)`` -> owners of the key's partition, leader first.
+
+        Built once per table as a closure over locals: the per-key hot path is one
+        mmh3 call, a modulo and a tuple index (see BENCHMARKS.md).
+        """
+        owners, h64, seed, p = self._owner_tuples, mmh3.hash64, self.config.seed, self.config.partitions
+
+        def lookup(key: str | bytes) -> tuple[str, ...]:
+            return owners[h64(key, seed, signed=False)[0] % p]
+
+        return lookup
+
+    def partition_of(self, key: str | bytes) -> int:
+        return key_hash(key, self.config.seed) % self.config.partitions
+
+    def partitions_of(self, keys: Iterable[str | bytes]) -> np.ndarray:
+        """Partition of many keys at once (int64 array)."""
+        h64, seed = mmh3.hash64, self.config.seed
+        hashes = np.fromiter((h64(k, seed, signed=False)[0] for k in keys), dtype=np.uint64)
+        return (hashes % np.uint64(self.config.partitions)).astype(np.int64)
+
+    def owners(self, partition: int) -> tuple[str, ...]:
+        """Replica set of a partition, leader first (shorter than ``replicas`` if few members)."""
+        return self._owner_tuples[self._check_partition(partition)]
+
+    def owner(self, partition: int) -> str:
+        """The leader of a partition."""
+        owners = self.owners(partition)
+        if not owners:
+            raise NoOwnerError("no member has a positive weight, so no partition has an owner")
+        return owners[0]
+
+    def _check_partition(self, partition: int) -> int:
+        if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)) or not 0 <= partition < self.partitions:
+            raise IndexError(f"partition must be an integer in [0, {self.partitions}), got {partition!r}")
+        return int(partition)
+
+    def owner_indices(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """(member ids, read-only (P, r) int32 array of indices into them): the bulk form."""
+        return self._members.ids, self._owner_idx
+
+    def route(self, keys: Iterable[str | bytes]) -> dict[str, list[str | bytes]]:
+        """Group keys by the leader of their partition (vectorised)."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        if self._owner_idx.shape[1] == 0:
+            raise NoOwnerError("no member has a positive weight, so no key has an owner")
+        leaders = self._owner_idx[:, 0][self.partitions_of(keys)]
+        order = np.argsort(leaders, kind="stable")
+        bounds = np.flatnonzero(np.diff(leaders[order])) + 1
+        ids = self._members.ids
+        return {
+            ids[int(leaders[chunk[0]])]: [keys[i] for i in chunk.tolist()]
+            for chunk in np.split(order, bounds)
+        }
+
+    def owned_by(self, member: str, leader_only: bool = False) -> list[int]:
+        """Partitions whose replica set (or leadership) includes ``member``."""
+        try:
+            i = self._members.ids.index(member)
+        except ValueError:
+            return []
+        cols = self._owner_idx[:, :1] if leader_only else self._owner_idx
+        return np.flatnonzero((cols == i).any(axis=1)).tolist()
+
+    def load(self, leader_only: bool = True) -> dict[str, int]:
+        """Number of partitions per member with positive weight."""
+        cols = self._owner_idx[:, :1] if leader_only else self._owner_idx
+        counts = np.bincount(cols.ravel(), minlength=len(self._members))
+        return dict(zip(self._members.ids, counts.tolist()))
+
+    def moved(self, other: "PlacementTable", leaders: bool = False) -> list[int]:
+        """Partitions whose owner set (or, with ``leaders``, whose leader) differs in ``other``."""
+        if other.partitions != self.partitions:
+            raise InvalidConfigError(f"cannot compare tables of {self.partitions} and {other.partitions} partitions")
+        a, b = self._id_matrix(), other._id_matrix()
+        if leaders:
+            a, b = a[:, :1], b[:, :1]
+        width = max(a.shape[1], b.shape[1])
+        a, b = _pad(np.sort(a, axis=1), width), _pad(np.sort(b, axis=1), width)
+        return np.flatnonzero((a != b).any(axis=1)).tolist()
+
+    def _id_matrix(self) -> np.ndarray:
+        """Owners as an array of ids (object dtype) so tables with different members compare."""
+        ids = np.array(self._members.ids + ("",), dtype=object)
+        return ids[self._owner_idx]
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PlacementTable)
+            and self.checksum == other.checksum
+            and np.array_equal(self._owner_idx, other._owner_idx)
+            and self._members.ids == other._members.ids
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.checksum)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"PlacementTable(members={len(self._units)}, partitions={c.partitions}, replicas={c.replicas}, "
+            f"seed={c.seed}, capacity_factor={c.capacity_factor}, checksum={self.checksum[:12]}...)"
+        )
+
+    # ----- serialisation (the wire form used by the HTTP API and clients) -------------
+    def to_dict(self, binary: bool = False) -> dict[str, Any]:
+        """Snapshot as plain data. ``binary`` packs owners as little-endian int32 bytes."""
+        c = self.config
+        all_ids = sorted(self._units)
+        pos = {m: i for i, m in enumerate(all_ids)}
+        remap = np.array([pos[m] for m in self._members.ids] or [0], dtype=np.int32)
+        owners = remap[self._owner_idx] if self._owner_idx.size else self._owner_idx
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "checksum": self.checksum,
+            "partitions": c.partitions,
+            "replicas": c.replicas,
+            "seed": c.seed,
+            "capacity_factor": c.capacity_factor,
+            "members": [[m, self._units[m] / WEIGHT_SCALE] for m in all_ids],
+            "owners_width": int(owners.shape[1]),
+            "owners": owners.astype("<i4").tobytes() if binary else owners.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> "PlacementTable":
+        """Rebuild a table from ``to_dict`` output; ``verify`` recomputes it and compares."""
+        try:
+            if data.get("format") != SNAPSHOT_FORMAT:
+                raise SnapshotError(f"unknown snapshot format {data.get('format')!r}; expected {SNAPSHOT_FORMAT!r}")
+            config = TableConfig(data["partitions"], data["replicas"], data["seed"], data.get("capacity_factor"))
+            units = validate_members([tuple(m) for m in data["members"]])
+            width = int(data["owners_width"])
+            raw = data["owners"]
+            if isinstance(raw, (bytes, bytearray)):
+                owners = np.frombuffer(raw, dtype="<i4")
+            else:
+                owners = np.array(raw, dtype=np.int64).ravel()
+            owners = owners.reshape(config.partitions, width)
+        except SnapshotError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotError(f"malformed placement snapshot: {exc}") from exc
+        if data.get("checksum") != _checksum(units, config):
+            raise SnapshotError("snapshot checksum does not match its members and settings")
+        ms = Members.build(units, config.seed)
+        all_ids = sorted(units)
+        if width != min(config.replicas, len(ms)) or (owners.size and not 0 <= owners.min() <= owners.max() < len(all_ids)):
+            raise SnapshotError("snapshot owners do not fit its members and replica count")
+        index = {m: i for i, m in enumerate(ms.ids)}
+        remap = np.array([index.get(m, -1) for m in all_ids] or [0], dtype=np.int32)
+        owner_idx = remap[owners] if owners.size else owners.astype(np.int32)
+        if (owner_idx < 0).any():
+            raise SnapshotError("snapshot names a weight-0 member as an owner")
+        if verify:
+            table = cls._from_units(config, units)
+            if not np.array_equal(table._owner_idx, owner_idx):
+                raise SnapshotError("snapshot owners differ from the placement computed from its members")
+            return table
+        return cls(config, units, ms, None, np.ascontiguousarray(owner_idx, dtype=np.int32))
+
+    def to_msgpack(self) -> bytes:
+        return msgpack.packb(self.to_dict(binary=True), use_bin_type=True)
+
+    @classmethod
+    def from_msgpack(cls, data: bytes, verify: bool = False) -> "PlacementTable":
+        try:
+            decoded = msgpack.unpackb(data, raw=False)
+        except Exception as exc:  # msgpack raises several unrelated types on bad input
+            raise SnapshotError(f"snapshot is not valid msgpack: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise SnapshotError("snapshot must be a msgpack map")
+        return cls.from_dict(decoded, verify=verify)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes, verify: bool = False) -> "PlacementTable":
+        try:
+            decoded = json.loads(text)
+        except ValueError as exc:
+            raise SnapshotError(f"snapshot is not valid JSON: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise SnapshotError("snapshot must be a JSON object")
+        return cls.from_dict(decoded, verify=verify)
+
+
+def _pad(a: np.ndarray, width: int) -> np.ndarray:
+    if a.shape[1] == width:
+        return a
+    return np.concatenate([a, np.full((a.shape[0], width - a.shape[1]), "", dtype=object)], axis=1)
+
+
+# ----- incremental steps (pure HRW ranking) ---------------------------------------------
+def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConfig) -> tuple[Members, Ranked]:
+    """Insert one member: score its column for every partition and slot it in where it wins."""
+    hm = member_hash(member, config.seed)
+    pos = bisect.bisect_left(ms.ids, member)
+    new_ms = Members(
+        ms.ids[:pos] + (member,) + ms.ids[pos:],
+        np.insert(ms.hashes, pos, np.uint64(hm)),
+        np.insert(ms.units, pos, units),
+    )
+    k = min(config.replicas, len(new_ms))
+    idx = ranked.idx + (ranked.idx >= pos)
+    d_old, h_old = ranked.draw, ranked.h
+    if k > idx.shape[1]:  # fewer members than replicas so far: every row gains a slot
+        fill = ((0, 0), (0, 1))
+        idx, d_old, h_old = (np.pad(idx, fill), np.pad(d_old, fill, constant_values=_SENTINEL), np.pad(h_old, fill))
+    h = fmix64_np(partition_hashes(np.arange(config.partitions), config.seed) ^ np.uint64(hm))
+    d = draws_np(h, np.full(1, units))
+    hc, dc = h[:, None], d[:, None]
+    # slot s is ahead of the newcomer if its key (draw, -H, idx) is smaller
+    ahead = (d_old < dc) | ((d_old == dc) & ((h_old > hc) | ((h_old == hc) & (idx < pos))))
+    at = ahead.sum(axis=1)[:, None]
+    slots = np.arange(k)[None, :]
+    src = np.clip(slots - (slots > at), 0, k - 1)  # slots after the newcomer shift right by one
+    rows = np.arange(config.partitions)[:, None]
+    here = slots == at
+    new = Ranked(
+        idx=np.where(here, pos, idx[rows, src]).astype(np.int32),
+        h=np.where(here, hc, h_old[rows, src]),
+        draw=np.where(here, dc, d_old[rows, src]),
+    )
+    return new_ms, new
+
+
+def _remove(ms: Members, ranked: Ranked, member: str, config: TableConfig) -> tuple[Members, Ranked]:
+    """Drop one member: only partitions it held are re-ranked."""
+    pos = ms.ids.index(member)
+    new_ms = Members(ms.ids[:pos] + ms.ids[pos + 1 :], np.delete(ms.hashes, pos), np.delete(ms.units, pos))
+    k = min(config.replicas, len(new_ms))
+    held = ranked.idx == pos
+    if k < ranked.idx.shape[1]:  # every row held every member: just drop the leaver's slot
+        keep = ~held
+        shape = (config.partitions, k)
+        idx = ranked.idx[keep].reshape(shape)
+        return new_ms, Ranked(
+            (idx - (idx > pos)).astype(np.int32), ranked.h[keep].reshape(shape), ranked.draw[keep].reshape(shape)
+        )
+    idx = (ranked.idx - (ranked.idx > pos)).astype(np.int32)
+    new = Ranked(idx, ranked.h.copy(), ranked.draw.copy())
+    rows = np.flatnonzero(held.any(axis=1))
+    if len(rows):
+        again = rank_many(rows, new_ms, config.seed, config.replicas)
+        new.idx[rows], new.h[rows], new.draw[rows] = again.idx, again.h, again.draw
+    return new_ms, new
