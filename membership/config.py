@@ -94,9 +94,9 @@ class MembershipConfig:
     push_pull_min_interval_s: float = 5.0
     #: While no other live member is known, seeds are contacted again this often.
     join_retry_interval_s: float = 2.0
-    #: Every this often one random dead (not left) member's address is sent a push-pull, so a
-    #: cluster split by a network partition merges again after it heals (Ringpop's healer;
-    #: Serf retries every 30 s).
+    #: Every this often one random dead (not left) member's address is pinged; if it answers, a
+    #: push-pull follows, so a cluster split by a network partition merges again after it heals
+    #: (Ringpop's healer; Serf retries every 30 s).
     dead_retry_interval_s: float = 10.0
     #: Dead and left members are forgotten after this long (and stop being retried).
     dead_reclaim_s: float = 3600.0

@@ -41,6 +41,13 @@ class BroadcastQueue:
         self._order += 1
         self._items[key] = _Item(key, blob, self._order)
 
+    def refine(self, key: str, blob: bytes) -> None:
+        """Replace the queued update about ``key`` by ``blob``, keeping its transmission count;
+        nothing if no update about ``key`` is queued any more."""
+        old = self._items.get(key)
+        if old is not None:
+            old.blob = blob
+
     def transmits(self, key: str) -> int | None:
         item = self._items.get(key)
         return None if item is None else item.transmits

@@ -1,0 +1,81 @@
+"""Unit tests of the small pure parts: suspicion timeout, awareness, broadcast queue, config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from membership import MembershipConfig
+from membership.awareness import Awareness
+from membership.queue import BroadcastQueue
+from membership.suspicion import Suspicion, suspicion_timeout
+
+
+def test_suspicion_timeout_formula_falls_from_max_to_min():
+    # Lifeguard IV-B: max - (max - min) * log(c + 1) / log(k + 1)
+    assert suspicion_timeout(0, 3, 2.0, 12.0) == 12.0
+    assert suspicion_timeout(1, 3, 2.0, 12.0) == pytest.approx(12.0 - 10.0 * math.log(2) / math.log(4))
+    assert suspicion_timeout(3, 3, 2.0, 12.0) == pytest.approx(2.0)
+    assert suspicion_timeout(9, 3, 2.0, 12.0) == 2.0
+    assert suspicion_timeout(0, 0, 2.0, 12.0) == 2.0
+    timeouts = [suspicion_timeout(c, 5, 1.0, 6.0) for c in range(7)]
+    assert timeouts == sorted(timeouts, reverse=True)
+
+
+def test_suspicion_counts_only_new_independent_accusers():
+    s = Suspicion(incarnation=1, accuser="a", start=10.0, k=2, min_s=1.0, max_s=5.0)
+    assert s.deadline == 15.0
+    assert not s.confirm("a")
+    assert s.confirm("b") and not s.confirm("b")
+    assert s.confirm("c")
+    assert s.deadline == pytest.approx(11.0)
+    assert not s.confirm("d")  # k reached: nothing more to gain
+    assert s.confirmations == 2
+
+
+def test_awareness_saturates_and_scales():
+    a = Awareness(max_multiplier=3)
+    a.apply(-1)
+    assert a.score == 0
+    a.apply(10)
+    assert a.score == 2 and a.scale(0.5) == 1.5
+    off = Awareness(max_multiplier=3, enabled=False)
+    off.apply(5)
+    assert off.score == 0
+
+
+def test_queue_sends_least_sent_newest_first_within_budget_and_limit():
+    q = BroadcastQueue()
+    q.push("a", b"A" * 10)
+    q.push("b", b"B" * 10)
+    cost = len
+    assert q.take(15, cost, limit=2) == [b"B" * 10]  # newest first, only one fits
+    assert q.take(100, cost, limit=2) == [b"A" * 10, b"B" * 10]  # A sent 0 times, B once
+    assert q.take(100, cost, limit=2) == [b"A" * 10]  # B hit the limit and was dropped
+    assert len(q) == 0
+
+
+def test_queue_newer_update_replaces_older_and_refine_keeps_the_count():
+    q = BroadcastQueue()
+    q.push("a", b"old")
+    q.take(100, len, limit=3)
+    q.refine("a", b"refined")
+    assert q.transmits("a") == 1
+    assert q.take(100, len, limit=3) == [b"refined"]
+    q.push("a", b"new")
+    assert q.transmits("a") == 0
+    q.refine("zzz", b"ignored")
+    assert "zzz" not in q
+
+
+def test_config_derived_values_and_validation():
+    cfg = MembershipConfig()
+    assert cfg.retransmit_limit(256) == 4 * 3
+    assert cfg.suspicion_min_s(256) == pytest.approx(1.25 * math.log10(256))
+    assert cfg.suspicion_min_s(3) == pytest.approx(1.25)  # log10 floored at 1
+    assert cfg.suspicion_max_s(256) == pytest.approx(6 * cfg.suspicion_min_s(256))
+    with pytest.raises(ValueError):
+        MembershipConfig(probe_timeout_s=2.0)
+    with pytest.raises(ValueError):
+        MembershipConfig(keys=(b"short",))
