@@ -1,6 +1,6 @@
 """Random fault schedules (hypothesis): whatever happens, once the faults stop the view heals.
 
-Like a (tiny) VOPR run: crashes, restarts, partitions, loss bursts, metadata updates and leaves
+Like a (tiny) VOPR run: crashes, restarts, partitions, packet loss, metadata updates and leaves
 in random order and at random times on the simulated network; afterwards every member that is
 up must see exactly the members that are up and have not left, with the same checksum.
 """
@@ -23,6 +23,7 @@ op = st.one_of(
     st.tuples(st.just("heal"), st.none()),
     st.tuples(st.just("meta"), st.sampled_from(NODES)),
     st.tuples(st.just("leave"), st.sampled_from(NODES)),
+    st.tuples(st.just("loss"), st.sampled_from([0.0, 0.2, 0.5])),
 )
 
 
@@ -41,6 +42,8 @@ def test_cluster_heals_after_any_fault_schedule(schedule, seed):
             net.partition(sorted(arg), [n for n in NODES if n not in arg])
         elif kind == "heal":
             net.heal()
+        elif kind == "loss":
+            net.loss = arg
         elif kind == "meta" and net.nodes[arg].up and arg not in gone:
             net.call(arg, lambda c, now: c.update_meta(Meta(weight=c.meta.weight + 1), now))
         elif kind == "leave" and net.nodes[arg].up and arg not in gone:
@@ -50,6 +53,7 @@ def test_cluster_heals_after_any_fault_schedule(schedule, seed):
             gone.add(arg)
         net.run_for(pause)
     net.heal()
+    net.loss = 0.0
     up = [n.node_id for n in net.up_nodes()]
     if not up:
         return
