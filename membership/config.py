@@ -89,7 +89,7 @@ class MembershipConfig:
     meta_max_bytes: int = 512
 
     # --- anti-entropy, join, partitions ---
-    #: A checksum of the view rides on pings and acks; on mismatch, once dissemination has gone
+    #: A checksum of the view rides on every ack; on mismatch, once dissemination has gone
     #: quiet, a push-pull full state exchange is started, at most once per this interval.
     push_pull_min_interval_s: float = 5.0
     #: While no other live member is known, seeds are contacted again this often.

@@ -47,8 +47,8 @@ and least-sent first, each at most ``retransmit_mult * ceil(log10(N+1))`` times.
 queue is not empty it is also pushed every ``gossip_interval_s`` to ``gossip_fanout`` random
 members (memberlist's gossip loop), including recently dead ones so they can refute.
 
-Anti-entropy (Ringpop). Pings and acks carry a checksum of the live view (member ids and
-incarnations). When an ack's checksum differs from ours while no gossip is in flight (our queue
+Anti-entropy (Ringpop). Every ack carries a checksum of the sender's live view (member ids and
+incarnations). When the ack to our probe has a checksum that differs from ours while no gossip is in flight (our queue
 is empty and the datagram carried no updates), the views diverged: we start a push-pull, i.e.
 send our full state (split into as many datagrams as needed, each <= MTU) and the peer answers
 with its own. A converged idle cluster therefore never exchanges full state. In state received
@@ -192,7 +192,7 @@ class Swim:
 
     @property
     def view_checksum(self) -> int:
-        """CRC-32 of the sorted (id, incarnation) of live members; rides on pings and acks."""
+        """CRC-32 of the sorted (id, incarnation) of live members; rides on every ack."""
         if self._checksum is None:
             live = sorted(f"{m.node_id}\x00{m.incarnation}" for m in self._members.values()
                           if m.status in LIVE_STATUSES)
@@ -240,6 +240,8 @@ class Swim:
 
     def update_meta(self, meta: Meta, now: float) -> None:
         """Change our metadata: raise the incarnation and gossip the new ``Alive``."""
+        if self._leaving:
+            raise RuntimeError("this member has left; start a new one to change metadata")
         self._check_meta(self.config, meta)
         self._self.meta = meta
         self._bump_incarnation(self._self.incarnation)
@@ -415,7 +417,7 @@ class Swim:
         # after a full timeout would arrive too late to count (Lifeguard IV-A needs it to).
         self._relays[seq] = _Relay(addr, msg.seq, now + 0.8 * self.config.probe_timeout_s)
         self.stats["relayed_pings"] += 1
-        self._send(msg.target_addr, [self._codec.encode_message(Ping(seq, msg.target, self.view_checksum))])
+        self._send(msg.target_addr, [self._codec.encode_message(Ping(seq, msg.target))])
 
     def _expire_relays(self, now: float) -> None:
         for seq in [s for s, r in self._relays.items() if r.deadline <= now]:
@@ -606,7 +608,7 @@ class Swim:
             return
         self._probe = _Probe(self._next_seq(), target.node_id,
                              now + self._awareness.scale(self.config.probe_timeout_s))
-        head: list[Message] = [Ping(self._probe.seq, target.node_id, self.view_checksum)]
+        head: list[Message] = [Ping(self._probe.seq, target.node_id)]
         if self.config.lifeguard and target.status == SUSPECT:
             # Buddy system (Lifeguard IV-C): tell the suspect it is suspected.
             head.append(Suspect(target.node_id, target.incarnation, self.node_id))
@@ -731,7 +733,7 @@ class Swim:
             self._dead_ping_seq = self._next_seq()
             self.stats["dead_retries"] += 1
             self._send(target.addr, [self._codec.encode_message(
-                Ping(self._dead_ping_seq, target.node_id, self.view_checksum))], piggyback=False)
+                Ping(self._dead_ping_seq, target.node_id))], piggyback=False)
         if self._next_join_at is None and self._seeds:
             self._join_seeds(now)
 

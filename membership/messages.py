@@ -5,7 +5,7 @@ packed into one datagram. Events are what the core hands to its driver.
 
 Wire messages (SWIM section 3 and 4, Lifeguard section IV):
 
-``Ping(seq, target, checksum)``      direct probe; ``target`` names the intended member so a
+``Ping(seq, target)``                direct probe; ``target`` names the intended member so a
                                       probe that reaches a different process at the same address
                                       is ignored rather than acked.
 ``Ack(seq, checksum)``, ``Nack(seq)`` answer to a ping; a nack comes from an indirect prober
@@ -18,7 +18,7 @@ Wire messages (SWIM section 3 and 4, Lifeguard section IV):
                                       the state records follow it in the same datagram.
 ``Refuse(reason)``                    the receiver's cluster settings differ from ours.
 
-Every ping and ack also carries the sender's view checksum (anti-entropy, as in Ringpop).
+Every ack also carries the sender's view checksum (anti-entropy, as in Ringpop).
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ class MemberInfo:
 class Ping:
     seq: int
     target: str
-    checksum: int  # sender's view checksum (anti-entropy)
 
 
 @dataclass(frozen=True)

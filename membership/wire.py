@@ -261,7 +261,7 @@ def _to_wire(msg: Message) -> list[Any]:
     if isinstance(msg, Dead):
         return [_DEAD, msg.node, msg.incarnation, msg.sender]
     if isinstance(msg, Ping):
-        return [_PING, msg.seq, msg.target, msg.checksum]
+        return [_PING, msg.seq, msg.target]
     if isinstance(msg, Ack):
         return [_ACK, msg.seq, msg.checksum]
     if isinstance(msg, Nack):
@@ -323,8 +323,8 @@ def _from_wire(raw: Any) -> Message:
         f = _list(raw, 4)
         return Dead(_node_id(f[1]), _uint(f[2]), _node_id(f[3]))
     if code == _PING:
-        f = _list(raw, 4)
-        return Ping(_uint(f[1]), _node_id(f[2]), _uint(f[3]))
+        f = _list(raw, 3)
+        return Ping(_uint(f[1]), _node_id(f[2]))
     if code == _ACK:
         f = _list(raw, 3)
         return Ack(_uint(f[1]), _uint(f[2]))

@@ -16,7 +16,7 @@ from membership_sim import SimNetwork, build_cluster, decode, forge
 KEY1, KEY2, KEY3 = b"1" * 32, b"2" * 16, b"3" * 24
 
 ALL_MESSAGES = [
-    Ping(1, "n1", 2**32 - 1), Ack(2, 0), Nack(3), PingReq(4, "n2", ("10.0.0.2", 7000)),
+    Ping(1, "n1"), Ack(2, 2**32 - 1), Nack(3), PingReq(4, "n2", ("10.0.0.2", 7000)),
     Alive("n3", 7, ("::1", 65535), Meta(weight=0.5, http="http://h:1", tags={"a": "b", "c": ""})),
     Suspect("n4", 0, "n1"), Dead("n5", 2**63, "n5"), PushPull(99, True), Refuse("because"),
 ]
@@ -91,7 +91,7 @@ def _fuzz_target(keys=()):
 
 def _valid_datagram(cfg):
     msgs = [Alive("x1", 1, ("10.0.0.3", 3), Meta(tags={"k": "v"})), Suspect("x0", 3, "x1"),
-            Dead("me", 0, "x1"), Ping(7, "me", 123), PushPull(1, True)]
+            Dead("me", 0, "x1"), Ping(7, "me"), PushPull(1, True)]
     return forge(cfg, "x1", msgs, seq=50)
 
 
