@@ -285,6 +285,10 @@ class Swim:
         if self._probe is not None and not self._probe.acked and not self._probe.indirect_sent \
                 and now >= self._probe.timeout_at:
             self._send_indirect_probes(now)
+            # Woken late (our process stalled)? Give the indirect probes their share of the
+            # period before judging the target: our own slowness is no evidence against it.
+            window = self._awareness.scale(self.config.probe_interval_s - self.config.probe_timeout_s)
+            self._next_probe_at = max(self._next_probe_at, now + window)
         if not self._leaving and now >= self._next_probe_at:
             self._finish_probe(now)
             self._start_probe(now)

@@ -387,3 +387,19 @@ def test_member_hearing_of_a_suspicion_probes_the_suspect_next():
     net.run_for(1.05)
     assert pinged[:1] == ["n2"]
     assert net.nodes["n0"].core.stats["suspect_reprobes"] == 1
+
+
+def test_a_stalled_prober_gives_indirect_probes_their_time_before_suspecting():
+    cfg = MembershipConfig()
+    core = Swim(cfg, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0)
+    alive = [Alive(f"x{i}", 0, ("10.0.0.2", 100 + i), Meta()) for i in range(4)]
+    core.receive_datagram(forge(cfg, "x0", alive), ("10.0.0.2", 100), 0.0)
+    core.handle_timer(0.0)  # ping sent
+    core.datagrams_to_send()
+    core.handle_timer(7.0)  # the process was frozen for 7 s: timeout and period both passed
+    assert core.stats["ping_reqs_sent"] == 3
+    assert core.stats["probe_failures"] == 0
+    assert all(m.status == ALIVE for m in core.members())
+    assert core.get_timer() == pytest.approx(7.5)
+    core.handle_timer(7.5)  # no ack, no nack by the end of the extended window
+    assert core.stats["probe_failures"] == 1
