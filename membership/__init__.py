@@ -22,6 +22,7 @@ drive it the same way)::
     core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused
     core.get_timer() -> float | None               # when to call handle_timer next
     core.members() / core.live_members()           # MemberInfo; live = alive + suspect
+    core.member(node_id) -> MemberInfo | None; core.incarnation; core.meta
     core.view_checksum                             # CRC-32 of live ids+incarnations (on acks)
     core.update_meta(meta, now); core.leave(now); core.leave_broadcast_done
     core.report_loop_lag(lag_s, now); core.local_health   # Lifeguard awareness score
@@ -30,6 +31,12 @@ drive it the same way)::
 
 Placement must own partitions from ``live_members()`` (alive *and* suspect): suspicion is the
 protocol's way of giving a slow member time, not a verdict.
+
+``MembershipConfig.cluster_settings`` is an opaque fingerprint (e.g. "partitions=4096,replicas=3,
+seed=7") carried on every datagram: members with a different fingerprint are refused, and a
+member that tries to join such a cluster gets a ``JoinRefused(addr, reason, at)`` event (the
+refusing side gets one too). Join attempts are retried, so expect repeated events; a node
+process should stop on the first one.
 """
 
 from .config import MembershipConfig
