@@ -166,7 +166,9 @@ class Swim:
         self._checksum: int | None = None
         self._seeds: list[Addr] = []
         self._leaving = False
-        self._next_probe_at = now
+        # Random phase (memberlist staggers its tickers too): members started together must not
+        # probe in lock-step.
+        self._next_probe_at = now + rng.random() * config.probe_interval_s
         self._next_gossip_at = now
         self._next_join_at: float | None = None
         self._next_dead_retry_at = now + config.dead_retry_interval_s

