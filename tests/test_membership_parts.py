@@ -79,3 +79,28 @@ def test_config_derived_values_and_validation():
         MembershipConfig(probe_timeout_s=2.0)
     with pytest.raises(ValueError):
         MembershipConfig(keys=(b"short",))
+
+
+def test_the_core_modules_import_no_io_clock_or_threads():
+    import ast
+    import pathlib
+
+    import membership
+
+    forbidden = {"asyncio", "socket", "time", "threading", "selectors"}
+    package = pathlib.Path(membership.__file__).parent
+    for path in package.glob("*.py"):
+        if path.name == "aio.py":  # the driver is the one place for I/O
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module.split(".")[0]]
+            assert not forbidden & set(names), f"{path.name} imports {names}"
+            # random is allowed only as a type: no module-level random.<function>() calls
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "random":
+                raise AssertionError(f"{path.name} calls random.{node.func.attr}()")
