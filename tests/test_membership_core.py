@@ -407,3 +407,14 @@ def test_a_stalled_prober_gives_indirect_probes_their_time_before_suspecting():
     assert core.get_timer() == pytest.approx(t0 + 7.5)
     core.handle_timer(t0 + 7.5)  # no ack, no nack by the end of the extended window
     assert core.stats["probe_failures"] == 1
+
+
+def test_member_that_left_can_come_back_with_the_same_id():
+    net = build_cluster(4, seed=43)
+    net.call("n2", lambda c, now: c.leave(now))
+    net.run_for(1.0)
+    net.crash("n2")
+    assert net.run_until_true(lambda: all_see(net, "n2", LEFT), 5.0)
+    net.add("n2", seeds=["n0"])  # a new process, incarnation 0 again
+    assert net.run_until_true(net.converged, 10.0)
+    assert net.event_kinds("n1", "n2")[-1] == "joined"
