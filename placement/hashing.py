@@ -14,8 +14,11 @@ The definitions (the wire-compatible spec; changing any of them changes placemen
   with S(seed) = first half of MurmurHash3_x64_128(b"placement/partition", seed);
   fmix64 is MurmurHash3's 64-bit finaliser (Appleby), a bijection with full avalanche.
 * ``pair_hash(p, m)`` = fmix64(partition_hash XOR member_hash): the 64-bit H(p, m).
-* ``key_partition(key, seed, P)`` = first 64-bit half of MurmurHash3_x64_128(utf-8 key,
-  seed) mod P - the DurableTask idea (hash the instance id to a partition), any P.
+* ``key_hash(key, seed)`` = MurmurHash3_x86_32(utf-8 key, seed), unsigned; a key's
+  partition is key_hash mod P - the DurableTask idea (hash the instance id to a
+  partition), for any P up to 2**24. 32 bits suffice here (the modulo bias is at most
+  P / 2**32, zero for a power of two), MurmurHash3_x86_32 exists in every language, and
+  it is the fastest mmh3 call, which matters on the per-key lookup path.
 
 The score of a member is -ln(u)/w with u = H mapped into the open interval (0, 1)
 (Schindelhauer & Schomaker, SPAA 2005; Ceph straw2): the smallest score wins and a
@@ -98,7 +101,7 @@ def fmix64_np(x: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
     return x
 
 
-def _mmh64(data: bytes | str, seed: int) -> int:
+def _mmh64(data: bytes, seed: int) -> int:
     return mmh3.hash64(data, seed, signed=False)[0]
 
 
@@ -126,8 +129,8 @@ def pair_hash(hp: int, hm: int) -> int:
 
 
 def key_hash(key: str | bytes, seed: int) -> int:
-    """The 64-bit hash that maps a key to its partition (str keys hash as UTF-8)."""
-    return _mmh64(key.encode("utf-8") if isinstance(key, str) else key, seed)
+    """The 32-bit hash that maps a key to its partition (str keys hash as UTF-8)."""
+    return mmh3.hash(key, seed, signed=False)
 
 
 def neg_log2_fp(h: int) -> int:

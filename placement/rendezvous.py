@@ -45,6 +45,9 @@ WEIGHT_SCALE: Final = 1 << 16  # weights are quantised to 1/65536
 MAX_WEIGHT: Final = 1_000_000.0
 DRAW_SHIFT: Final = 26  # L < 2**38, so L << 26 fits in 64 bits
 _BLOCK_ELEMS: Final = 1 << 16  # ~512 KiB of uint64 per block: stays in L2
+_MAX_GROUP_CANDIDATES: Final = 32  # beyond k * (distinct weights) this, prune with floats
+_NO_DRAW: Final = np.uint64((1 << 64) - 1)  # above any real draw: L << 26 leaves 26 zero bits
+_PRUNE_REL: Final = 1e-5  # relative slack of the float pre-selection (true error < 1e-6)
 
 
 def weight_units(member_id: str, weight: float) -> int:
@@ -147,22 +150,23 @@ def _group_top_by_hash(hp: np.ndarray, hm: np.ndarray, k: int) -> tuple[np.ndarr
 
 
 def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: int) -> Ranked:
-    """Order each row's candidates by (draw, -H, idx) and keep the first k."""
-    rows, c = cand_idx.shape
-    if c > 4 * k:  # many candidates: keep only those that can make the top k (ties kept)
-        kth = np.partition(cand_draw, k - 1, axis=1)[:, k - 1 : k]
-        r, col = np.nonzero(cand_draw <= kth)
-    else:
-        r, col = np.divmod(np.arange(rows * c), c)
-    d, h, i = cand_draw[r, col], cand_h[r, col], cand_idx[r, col]
-    order = np.lexsort((i, ~h, d, r))
-    r, d, h, i = r[order], d[order], h[order], i[order]
-    starts = np.searchsorted(r, np.arange(rows))
-    take = (starts[:, None] + np.arange(k)[None, :]).ravel()
+    """Order each row's candidates by (draw, -H, idx) and keep the first k.
+
+    A per-row argsort on draw alone is cheap; rows where two of the first k+1 draws are
+    equal (rare) are re-sorted with the full key.
+    """
+    rows = cand_idx.shape[0]
+    order = np.argsort(cand_draw, axis=1, kind="stable")
+    sd = np.take_along_axis(cand_draw, order, axis=1)
+    if sd.shape[1] > 1:
+        span = min(k + 1, sd.shape[1])
+        for r in np.flatnonzero((sd[:, : span - 1] == sd[:, 1:span]).any(axis=1)).tolist():
+            order[r] = np.lexsort((cand_idx[r], ~cand_h[r], cand_draw[r]))
+    top = order[:, :k]
     return Ranked(
-        idx=i[take].reshape(rows, k).astype(np.int32),
-        h=h[take].reshape(rows, k),
-        draw=d[take].reshape(rows, k),
+        idx=np.take_along_axis(cand_idx, top, axis=1).astype(np.int32),
+        h=np.take_along_axis(cand_h, top, axis=1),
+        draw=np.take_along_axis(cand_draw, top, axis=1),
     )
 
 
@@ -174,9 +178,30 @@ def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ra
         empty = np.empty((rows, 0), dtype=np.uint64)
         return Ranked(np.empty((rows, 0), dtype=np.int32), empty, empty.copy())
     hp = partition_hashes(partitions, seed)
-    cols_idx, cols_h = [], []
     units = members.units
-    for u in np.unique(units):
+    weights = np.unique(units)
+    if len(weights) * k > max(_MAX_GROUP_CANDIDATES, len(members) // 4):
+        cand_idx, cand_h = _candidates_float_pruned(hp, members, k)
+    else:
+        cand_idx, cand_h = _candidates_by_group(hp, members, weights, k)
+    cand_draw = draws_np(cand_h, units[cand_idx])
+    cand_draw[cand_idx < 0] = _NO_DRAW  # padding of the pruned path never wins
+    ranked = _select(cand_idx, cand_h, cand_draw, k)
+    if k > 1:  # a masked slot (0) may have shadowed a member whose H really is 0
+        suspect_rows = np.flatnonzero((ranked.h[:, 1:] == 0).any(axis=1))
+        for r in suspect_rows:
+            _fill_row(ranked, r, int(partitions[r]), members, seed)
+    return ranked
+
+
+def _candidates_by_group(
+    hp: np.ndarray, members: Members, weights: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each weight group's top-k by H: a superset of the top-k, found without logarithms."""
+    rows = len(hp)
+    units = members.units
+    cols_idx, cols_h = [], []
+    for u in weights:
         group = np.flatnonzero(units == u).astype(np.int32)
         if len(group) <= k:  # every member of a small group is a candidate
             h = np.bitwise_xor(hp[:, None], members.hashes[group][None, :])
@@ -186,15 +211,44 @@ def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ra
         col, h = _group_top_by_hash(hp, members.hashes[group], k)
         cols_idx.append(group[col])
         cols_h.append(h)
-    cand_idx = np.concatenate(cols_idx, axis=1)
-    cand_h = np.concatenate(cols_h, axis=1)
-    cand_draw = draws_np(cand_h, units[cand_idx])
-    ranked = _select(cand_idx, cand_h, cand_draw, k)
-    if k > 1:  # a masked slot (0) may have shadowed a member whose H really is 0
-        suspect_rows = np.flatnonzero((ranked.h[:, 1:] == 0).any(axis=1))
-        for r in suspect_rows:
-            _fill_row(ranked, r, int(partitions[r]), members, seed)
-    return ranked
+    return np.concatenate(cols_idx, axis=1), np.concatenate(cols_h, axis=1)
+
+
+def _candidates_float_pruned(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A superset of each row's top-k chosen with float scores, padded to equal width.
+
+    Floats only *choose candidates*; the order is decided by the exact integer draw. The
+    integer draw D and the float score s = -log2(u)/W satisfy |D/2**58 - s| <= eps*s + a
+    (eps: fixed-point and libm relative error, < 1e-6; a: truncation, <= 2**-30/W + 2**-58).
+    If s* is a row's k-th smallest float score, k members have D <= 2**58*(s*(1+eps) + a),
+    so every exact top-k member has s <= (s*(1+eps) + 2a)/(1-eps): the threshold below,
+    with 10x margin on both terms. Padding slots have member index -1.
+    """
+    rows, n = len(hp), len(members)
+    eps, a = _PRUNE_REL, 2.0**-26 / float(members.units.min())
+    inv_w = 1.0 / members.units.astype(np.float64)
+    block = max(1, _BLOCK_ELEMS // n)
+    found_r, found_c, found_h = [], [], []
+    x = np.empty((min(block, rows), n), dtype=np.uint64)
+    tmp = np.empty_like(x)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        xb = x[: stop - start]
+        np.bitwise_xor(hp[start:stop, None], members.hashes[None, :], out=xb)
+        fmix64_np(xb, tmp[: stop - start])
+        s = -np.log2(((xb >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53) * inv_w
+        kth = np.partition(s, k - 1, axis=1)[:, k - 1 : k]
+        r, c = np.nonzero(s <= (kth * (1 + eps) + 2 * a) / (1 - eps))
+        found_r.append(r + start)
+        found_c.append(c)
+        found_h.append(xb[r, c])
+    r, c, h = np.concatenate(found_r), np.concatenate(found_c), np.concatenate(found_h)
+    width = int(np.bincount(r, minlength=rows).max())
+    slot = np.arange(len(r)) - np.searchsorted(r, r)  # position within its row (r is sorted)
+    cand_idx = np.full((rows, width), -1, dtype=np.int32)
+    cand_h = np.zeros((rows, width), dtype=np.uint64)
+    cand_idx[r, slot], cand_h[r, slot] = c, h
+    return cand_idx, cand_h
 
 
 def _fill_row(ranked: Ranked, r: int, p: int, members: Members, seed: int) -> None:
@@ -223,7 +277,7 @@ def validate_members(weights: object) -> dict[str, int]:
             raise InvalidMembershipError(f"member ids must be non-empty strings, got {member_id!r}")
         if member_id in out:
             raise InvalidMembershipError(f"member id {member_id!r} appears more than once")
-        if member_id != member_id.strip() or any(ord(c) < 32 for c in member_id):
-            raise InvalidMembershipError(f"member id {member_id!r} has surrounding spaces or control characters")
+        if member_id != member_id.strip() or not member_id.isprintable():
+            raise InvalidMembershipError(f"member id {member_id!r} has surrounding spaces or unprintable characters")
         out[member_id] = weight_units(member_id, weight)
     return out

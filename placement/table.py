@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Final
 
 import mmh3
@@ -166,10 +166,10 @@ class PlacementTable:
         Built once per table as a closure over locals: the per-key hot path is one
         mmh3 call, a modulo and a tuple index (see BENCHMARKS.md).
         """
-        owners, h64, seed, p = self._owner_tuples, mmh3.hash64, self.config.seed, self.config.partitions
+        owners, h32, seed, p = self._owner_tuples, mmh3.hash, self.config.seed, self.config.partitions
 
         def lookup(key: str | bytes) -> tuple[str, ...]:
-            return owners[h64(key, seed, signed=False)[0] % p]
+            return owners[h32(key, seed, signed=False) % p]
 
         return lookup
 
@@ -178,9 +178,9 @@ class PlacementTable:
 
     def partitions_of(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """Partition of many keys at once (int64 array)."""
-        h64, seed = mmh3.hash64, self.config.seed
-        hashes = np.fromiter((h64(k, seed, signed=False)[0] for k in keys), dtype=np.uint64)
-        return (hashes % np.uint64(self.config.partitions)).astype(np.int64)
+        h32, seed = mmh3.hash, self.config.seed
+        hashes = np.fromiter((h32(k, seed, signed=False) for k in keys), dtype=np.int64)
+        return hashes % self.config.partitions
 
     def owners(self, partition: int) -> tuple[str, ...]:
         """Replica set of a partition, leader first (shorter than ``replicas`` if few members)."""
@@ -359,7 +359,7 @@ def _pad(a: np.ndarray, width: int) -> np.ndarray:
 
 # ----- incremental steps (pure HRW ranking) ---------------------------------------------
 def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConfig) -> tuple[Members, Ranked]:
-    """Insert one member: score its column for every partition and slot it in where it wins."""
+    """Insert one member: score its column for every partition, slot it in where it wins."""
     hm = member_hash(member, config.seed)
     pos = bisect.bisect_left(ms.ids, member)
     new_ms = Members(
@@ -368,27 +368,38 @@ def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConf
         np.insert(ms.units, pos, units),
     )
     k = min(config.replicas, len(new_ms))
-    idx = ranked.idx + (ranked.idx >= pos)
-    d_old, h_old = ranked.draw, ranked.h
+    idx = ranked.idx + (ranked.idx >= pos).astype(np.int32)
+    d_old, h_old = ranked.draw.copy(), ranked.h.copy()
     if k > idx.shape[1]:  # fewer members than replicas so far: every row gains a slot
         fill = ((0, 0), (0, 1))
         idx, d_old, h_old = (np.pad(idx, fill), np.pad(d_old, fill, constant_values=_SENTINEL), np.pad(h_old, fill))
-    h = fmix64_np(partition_hashes(np.arange(config.partitions), config.seed) ^ np.uint64(hm))
+    h = _partition_hash_column(config.partitions, config.seed) ^ np.uint64(hm)
+    fmix64_np(h)
     d = draws_np(h, np.full(1, units))
-    hc, dc = h[:, None], d[:, None]
-    # slot s is ahead of the newcomer if its key (draw, -H, idx) is smaller
-    ahead = (d_old < dc) | ((d_old == dc) & ((h_old > hc) | ((h_old == hc) & (idx < pos))))
-    at = ahead.sum(axis=1)[:, None]
-    slots = np.arange(k)[None, :]
-    src = np.clip(slots - (slots > at), 0, k - 1)  # slots after the newcomer shift right by one
-    rows = np.arange(config.partitions)[:, None]
-    here = slots == at
-    new = Ranked(
-        idx=np.where(here, pos, idx[rows, src]).astype(np.int32),
-        h=np.where(here, hc, h_old[rows, src]),
-        draw=np.where(here, dc, d_old[rows, src]),
-    )
-    return new_ms, new
+
+    def ahead(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        """Is the slot ``col`` ahead of the newcomer, by (draw, -H, idx)?"""
+        ds, dn = d_old[rows, col], d[rows]
+        hs, hn = h_old[rows, col], h[rows]
+        return (ds < dn) | ((ds == dn) & ((hs > hn) | ((hs == hn) & (idx[rows, col] < pos))))
+
+    rows = np.flatnonzero(~ahead(-1, slice(None)))  # the newcomer beats the last slot here
+    sub = np.stack([ahead(j, rows) for j in range(k)], axis=1) if len(rows) else np.zeros((0, k), bool)
+    at = sub.sum(axis=1)
+    for j in range(k - 1, -1, -1):  # shift slots at or after the insertion point right by one
+        move = rows[at < j]
+        for arr in (idx, d_old, h_old):
+            arr[move, j] = arr[move, j - 1]
+        here = rows[at == j]
+        idx[here, j], d_old[here, j], h_old[here, j] = pos, d[here], h[here]
+    return new_ms, Ranked(idx, h_old, d_old)
+
+
+@lru_cache(maxsize=8)
+def _partition_hash_column(partitions: int, seed: int) -> np.ndarray:
+    column = partition_hashes(np.arange(partitions), seed)
+    column.setflags(write=False)
+    return column
 
 
 def _remove(ms: Members, ranked: Ranked, member: str, config: TableConfig) -> tuple[Members, Ranked]:
