@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -15,6 +16,10 @@ from collections.abc import Sequence
 
 from .errors import PlacementError
 from .table import PlacementTable
+
+# Packages that contribute subcommands: each has add_subcommands(subparsers), whose
+# parsers set ``func`` (called with the parsed args; returns the exit status).
+_SUBCOMMAND_MODULES = ("simulations.cli",)
 
 DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
 
@@ -96,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--json", action="store_true", help="print the snapshot as JSON (the wire form)")
     _add_table_options(table)
     table.set_defaults(func=cmd_table)
+    for module in _SUBCOMMAND_MODULES:
+        importlib.import_module(module).add_subcommands(sub)
     return parser
 
 
