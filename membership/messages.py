@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping, Union
 
 __all__ = [
@@ -54,8 +55,9 @@ class Meta:
     def __post_init__(self) -> None:
         if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
             raise ValueError("Meta.weight must be a finite number >= 0")
-        # A private copy, so the frozen value cannot change behind our back.
-        object.__setattr__(self, "tags", dict(self.tags))
+        # A private read-only copy: the value is shared by views and events, so nobody may
+        # change it behind the core's back.
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
         object.__setattr__(self, "weight", float(self.weight))
 
     def __hash__(self) -> int:

@@ -104,3 +104,18 @@ def test_the_core_modules_import_no_io_clock_or_threads():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "random":
                 raise AssertionError(f"{path.name} calls random.{node.func.attr}()")
+
+
+def test_meta_is_immutable_and_hashable():
+    from membership import Meta
+
+    tags = {"zone": "a"}
+    meta = Meta(weight=2, http="http://h:1", tags=tags)
+    tags["zone"] = "b"  # the caller's dict is copied
+    assert meta.tags["zone"] == "a" and meta.weight == 2.0
+    with pytest.raises(TypeError):
+        meta.tags["zone"] = "c"  # type: ignore[index]
+    assert meta == Meta(weight=2.0, http="http://h:1", tags={"zone": "a"})
+    assert hash(meta) == hash(Meta(weight=2.0, http="http://h:1", tags={"zone": "a"}))
+    with pytest.raises(ValueError):
+        Meta(weight=float("nan"))
