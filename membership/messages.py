@@ -63,6 +63,9 @@ class Meta:
     def __hash__(self) -> int:
         return hash((self.weight, self.http, tuple(sorted(self.tags.items()))))
 
+    def __reduce__(self):  # picklable despite the read-only mapping
+        return (Meta, (self.weight, self.http, dict(self.tags)))
+
 
 @dataclass(frozen=True)
 class MemberInfo:

@@ -119,3 +119,6 @@ def test_meta_is_immutable_and_hashable():
     assert hash(meta) == hash(Meta(weight=2.0, http="http://h:1", tags={"zone": "a"}))
     with pytest.raises(ValueError):
         Meta(weight=float("nan"))
+    import pickle
+
+    assert pickle.loads(pickle.dumps(meta)) == meta
