@@ -128,9 +128,21 @@ def pair_hash(hp: int, hm: int) -> int:
     return fmix64(hp ^ hm)
 
 
+def safe_key(key: str | bytes) -> str | bytes:
+    """The key as mmh3 may take it: ASCII str and bytes as they are, other str as UTF-8.
+
+    mmh3 5.3 crashes the interpreter (SIGSEGV) on a str holding a lone surrogate such as
+    "\\ud800", which ``json.loads`` produces from a request body; encoding it ourselves
+    raises ``UnicodeEncodeError`` instead. ``isascii`` is O(1), so ASCII keys pay ~nothing.
+    """
+    if key.__class__ is str and not key.isascii():
+        return key.encode("utf-8")
+    return key
+
+
 def key_hash(key: str | bytes, seed: int) -> int:
     """The 32-bit hash that maps a key to its partition (str keys hash as UTF-8)."""
-    return mmh3.hash(key, seed, signed=False)
+    return mmh3.hash(safe_key(key), seed, signed=False)
 
 
 def neg_log2_fp(h: int) -> int:

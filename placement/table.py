@@ -28,7 +28,7 @@ import numpy as np
 
 from . import bounded
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
-from .hashing import fmix64_np, key_hash, member_hash, partition_hashes
+from .hashing import fmix64_np, key_hash, member_hash, partition_hashes, safe_key
 from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, validate_members
 
 SNAPSHOT_FORMAT: Final = "placement-table/1"
@@ -106,6 +106,13 @@ class PlacementTable:
         return cls._from_units(config, units)
 
     @classmethod
+    def from_config(
+        cls, config: TableConfig, members: Mapping[str, float] | Iterable[tuple[str, float]]
+    ) -> "PlacementTable":
+        """``build`` with the settings given as one ``TableConfig``."""
+        return cls._from_units(config, validate_members(members))
+
+    @classmethod
     def _from_units(cls, config: TableConfig, units: dict[str, int]) -> "PlacementTable":
         ms = Members.build(units, config.seed)
         ranked = rank_many(np.arange(config.partitions), ms, config.seed, config.replicas)
@@ -169,6 +176,8 @@ class PlacementTable:
         owners, h32, seed, p = self._owner_tuples, mmh3.hash, self.config.seed, self.config.partitions
 
         def lookup(key: str | bytes) -> tuple[str, ...]:
+            if key.__class__ is str and not key.isascii():  # inlined hashing.safe_key
+                key = key.encode("utf-8")
             return owners[h32(key, seed, signed=False) % p]
 
         return lookup
@@ -179,7 +188,7 @@ class PlacementTable:
     def partitions_of(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """Partition of many keys at once (int64 array)."""
         h32, seed = mmh3.hash, self.config.seed
-        hashes = np.fromiter((h32(k, seed, signed=False) for k in keys), dtype=np.int64)
+        hashes = np.fromiter((h32(safe_key(k), seed, signed=False) for k in keys), dtype=np.int64)
         return hashes % self.config.partitions
 
     def owners(self, partition: int) -> tuple[str, ...]:

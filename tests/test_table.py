@@ -245,3 +245,12 @@ def test_bounded_is_stable_matching():
 GOLDEN_ROW0 = ['n22', 'n7', 'n5']
 GOLDEN_ROW4095 = ['n20', 'n11', 'n12']
 GOLDEN_LOAD = {'n0': 79, 'n1': 155, 'n10': 165, 'n11': 225, 'n12': 86, 'n13': 165, 'n14': 255, 'n15': 102, 'n16': 154, 'n17': 230, 'n18': 103, 'n19': 160, 'n2': 249, 'n20': 288, 'n21': 82, 'n22': 182, 'n23': 243, 'n24': 71, 'n3': 91, 'n4': 152, 'n5': 265, 'n6': 83, 'n7': 173, 'n8': 256, 'n9': 82}
+
+
+def test_lone_surrogate_keys_raise_instead_of_crashing():
+    """mmh3 5.3 segfaults on such a str; every key path must encode it first (and fail cleanly)."""
+    t = PlacementTable.build(members(3), partitions=64)
+    for call in (t.lookup, t.partition_of, lambda k: t.partitions_of([k]), lambda k: t.route([k])):
+        with pytest.raises(UnicodeEncodeError):
+            call("bad-\ud800")
+    assert t.lookup("ünïcödé") == t.lookup("ünïcödé".encode())

@@ -1,0 +1,288 @@
+"""The node's HTTP API (FastAPI): members, placement snapshot, owners, bulk routing, health, metrics.
+
+JSON by default; msgpack when the request says ``Accept: application/msgpack`` (and, for
+``POST /v1/route``, ``Content-Type: application/msgpack``). Errors are RFC 9457 problem details
+(``application/problem+json``); bad input gets a 4xx, never a 500.
+
+Handlers return pre-serialised ``Response`` objects: the pydantic models below document the
+bodies in the OpenAPI schema without costing a validation pass per request, which keeps
+``GET /v1/owners`` close to the cost of a no-op route (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import Any, Protocol
+
+import msgpack
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from membership import MemberInfo
+
+from .snapshot import PlacementSnapshot
+from .table import MAX_REPLICAS
+
+MSGPACK = "application/msgpack"
+PROBLEM = "application/problem+json"
+MAX_ROUTE_KEYS = 1_000_000
+MAX_ROUTE_BODY_BYTES = 64 * 1024 * 1024
+MAX_WAIT_S = 60.0
+
+
+class NodeLike(Protocol):
+    """What the API needs from a node (``placement.node.Node`` provides it)."""
+
+    node_id: str
+    placement_changes: int
+
+    @property
+    def snapshot(self) -> PlacementSnapshot: ...
+    @property
+    def ready(self) -> bool: ...
+    def members(self) -> list[MemberInfo]: ...
+    def owned_partitions(self) -> frozenset[int]: ...
+    async def wait_for_change(self, etag: str, timeout_s: float) -> PlacementSnapshot: ...
+    async def leave(self, timeout_s: float = 2.0) -> None: ...
+
+
+# ----- documented bodies (OpenAPI) ---------------------------------------------------------
+class MemberOut(BaseModel):
+    id: str
+    gossip: str = Field(description="host:port of the member's gossip endpoint")
+    http: str = Field(description="base URL of the member's HTTP API")
+    status: str = Field(description="alive | suspect | dead | left")
+    incarnation: int
+    weight: float
+    tags: dict[str, str]
+
+
+class Owner(BaseModel):
+    id: str
+    http: str
+
+
+class OwnersOut(BaseModel):
+    key: str
+    partition: int
+    owners: list[Owner] = Field(description="replica set, leader first")
+    checksum: str
+
+
+class PlacementOut(BaseModel):
+    format: str
+    checksum: str = Field(description="identity of the placement (members, weights, settings)")
+    etag: str = Field(description="identity of the snapshot (placement and addresses)")
+    partitions: int
+    replicas: int
+    seed: int
+    capacity_factor: float | None
+    members: list[tuple[str, float]] = Field(description="[id, weight] sorted by id")
+    addresses: dict[str, str] = Field(description="member id -> base URL")
+    owners_width: int
+    owners: list[list[int]] = Field(
+        description="per partition, indices into members, leader first (msgpack: little-endian int32 bytes)"
+    )
+
+
+class RouteIn(BaseModel):
+    keys: list[str] = Field(description=f"at most {MAX_ROUTE_KEYS:,} keys")
+
+
+class RouteGroup(BaseModel):
+    http: str
+    keys: list[str]
+
+
+class RouteOut(BaseModel):
+    checksum: str
+    routes: dict[str, RouteGroup] = Field(description="leader id -> its address and keys")
+
+
+class Problem(BaseModel):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+
+
+def problem(status: int, title: str, detail: str) -> Response:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return Response(json.dumps(body), status_code=status, media_type=PROBLEM)
+
+
+_ERRORS = {400: {"model": Problem}, 422: {"model": Problem}}
+
+
+def _wants_msgpack(request: Request) -> bool:
+    return MSGPACK in request.headers.get("accept", "")
+
+
+def _encode(request: Request, body: Any, headers: dict[str, str] | None = None) -> Response:
+    if _wants_msgpack(request):
+        return Response(msgpack.packb(body, use_bin_type=True), media_type=MSGPACK, headers=headers)
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json", headers=headers)
+
+
+def _member_out(m: MemberInfo) -> dict[str, Any]:
+    return {
+        "id": m.node_id, "gossip": f"{m.addr[0]}:{m.addr[1]}", "http": m.meta.http, "status": m.status,
+        "incarnation": m.incarnation, "weight": m.meta.weight, "tags": dict(m.meta.tags),
+    }
+
+
+# Always exported (0 until they happen), so dashboards and alerts find them from the start.
+_GOSSIP_COUNTERS = ("probes_sent", "probe_failures", "ping_reqs_sent", "suspicions", "refutations",
+                    "deaths_declared", "datagrams_in", "datagrams_out", "bytes_in", "bytes_out")
+
+
+class _NodeCollector:
+    """Prometheus metrics read from the node at scrape time (no bookkeeping on hot paths)."""
+
+    def __init__(self, node: NodeLike) -> None:
+        self.node = node
+
+    def collect(self):
+        by_status = GaugeMetricFamily("placement_members", "Members in this node's view by status", labels=["status"])
+        counts: dict[str, int] = {s: 0 for s in ("alive", "suspect", "dead", "left")}
+        for m in self.node.members():
+            counts[m.status] = counts.get(m.status, 0) + 1
+        for status, n in counts.items():
+            by_status.add_metric([status], n)
+        yield by_status
+        core = getattr(getattr(self.node, "member", None), "core", None)
+        stats = dict.fromkeys(_GOSSIP_COUNTERS, 0) | dict(getattr(core, "stats", {}))
+        dropped = CounterMetricFamily("placement_gossip_dropped_datagrams", "Datagrams dropped, by reason",
+                                      labels=["reason"])
+        for name, value in sorted(stats.items()):
+            if name.startswith("dropped_"):
+                dropped.add_metric([name[len("dropped_"):]], value)
+            elif name != "dropped":
+                yield CounterMetricFamily(f"placement_gossip_{name}", f"Gossip core counter {name}", value=value)
+        yield dropped
+        yield CounterMetricFamily("placement_changes", "Placement recomputations that changed the table",
+                                  value=self.node.placement_changes)
+        yield GaugeMetricFamily("placement_partitions_owned", "Partitions this node leads",
+                                value=len(self.node.owned_partitions()))
+
+
+def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) -> FastAPI:
+    """The HTTP API of ``node``. ``on_leave`` runs after a ``POST /v1/leave`` completed."""
+    app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0])
+    registry = CollectorRegistry()
+    registry.register(_NodeCollector(node))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
+        return problem(exc.status_code, str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_problem(request: Request, exc: RequestValidationError) -> Response:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return problem(422, "Invalid request", detail)
+
+    @app.get("/v1/members", response_model=list[MemberOut])
+    async def members(request: Request) -> Response:
+        return _encode(request, [_member_out(m) for m in node.members()])
+
+    @app.get("/v1/placement", response_model=PlacementOut, responses={304: {"description": "not modified"}, **_ERRORS})
+    async def placement(
+        request: Request,
+        after: str | None = Query(None, max_length=64, description="long-poll: return once the etag differs"),
+        wait: float = Query(0.0, ge=0.0, le=MAX_WAIT_S, description="long-poll bound in seconds"),
+    ) -> Response:
+        snap = node.snapshot
+        if after is not None and wait > 0:
+            snap = await node.wait_for_change(after, wait)
+        etag = f'"{snap.etag}"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
+        return _encode(request, snap.to_dict(binary=_wants_msgpack(request)), {"ETag": etag})
+
+    @app.get("/v1/owners", response_model=OwnersOut, responses=_ERRORS)
+    async def owners(
+        request: Request,
+        key: str = Query(..., min_length=1, max_length=4096),
+        replicas: int | None = Query(None, ge=1, le=MAX_REPLICAS, description="how many of the replica set"),
+    ) -> Response:
+        snap = node.snapshot
+        table = snap.table
+        p = table.partition_of(key)
+        ids = table.owners(p)[:replicas]
+        body = {"key": key, "partition": p, "owners": [{"id": m, "http": snap.address(m)} for m in ids],
+                "checksum": table.checksum}
+        return _encode(request, body)
+
+    @app.post("/v1/route", response_model=RouteOut, responses={413: {"model": Problem}, 415: {"model": Problem}, **_ERRORS},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": RouteIn.model_json_schema()},
+                  MSGPACK: {"schema": RouteIn.model_json_schema()}}}})
+    async def route(request: Request) -> Response:
+        raw = await request.body()
+        if len(raw) > MAX_ROUTE_BODY_BYTES:
+            return problem(413, "Body too large", f"at most {MAX_ROUTE_BODY_BYTES} bytes")
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        try:
+            if ctype == MSGPACK:
+                body = msgpack.unpackb(raw, raw=False)
+            elif ctype in ("application/json", ""):
+                body = json.loads(raw)
+            else:
+                return problem(415, "Unsupported media type", f"send application/json or {MSGPACK}, not {ctype}")
+        except (ValueError, msgpack.UnpackException, msgpack.ExtraData) as exc:
+            return problem(400, "Malformed body", f"could not decode the {ctype} body: {exc}")
+        keys = body.get("keys") if isinstance(body, dict) else None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return problem(422, "Invalid request", 'body must be {"keys": [string, ...]}')
+        if len(keys) > MAX_ROUTE_KEYS:
+            return problem(413, "Too many keys", f"at most {MAX_ROUTE_KEYS:,} keys per request")
+        snap = node.snapshot
+        try:
+            groups = snap.table.route(keys)
+        except UnicodeEncodeError as exc:
+            return problem(422, "Invalid key", f"keys must be valid Unicode text: {exc.reason}")
+        routes = {m: {"http": snap.address(m), "keys": ks} for m, ks in groups.items()}
+        return _encode(request, {"checksum": snap.checksum, "routes": routes})
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "node": node.node_id}
+
+    @app.get("/readyz", responses={503: {"model": Problem}})
+    async def readyz() -> Response:
+        if not node.ready:
+            refused = getattr(node, "refused", None)
+            detail = str(refused) if refused else "not joined yet, or the membership view has not settled"
+            return problem(503, "Not ready", detail)
+        return Response(json.dumps({"status": "ready", "node": node.node_id}), media_type="application/json")
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/leave", status_code=202, responses={401: {"model": Problem}, 403: {"model": Problem}})
+    async def leave(request: Request) -> Response:
+        if admin_token:
+            auth = request.headers.get("authorization", "")
+            if not auth.startswith("Bearer "):
+                return problem(401, "Unauthorized", "send Authorization: Bearer <admin token>")
+            if not hmac.compare_digest(auth[7:].encode(), admin_token.encode()):
+                return problem(403, "Forbidden", "wrong admin token")
+
+        async def run() -> None:
+            await node.leave()
+            if on_leave is not None:
+                on_leave()
+
+        app.state.leave_task = asyncio.create_task(run())
+        return Response(json.dumps({"status": "leaving", "node": node.node_id}), status_code=202,
+                        media_type="application/json")
+
+    return app

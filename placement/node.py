@@ -1,0 +1,340 @@
+"""A placement node: gossip membership + the placement table it implies + ownership events.
+
+This is the composition root the issue calls "the node process": it starts the asyncio gossip
+member (``membership.aio``), recomputes the ``PlacementTable`` from the live view on every
+membership change (incrementally), and tells the embedding application which partitions it
+acquired and released. The HTTP API (``placement.http_api``) and the CLI wrap it.
+
+Ownership rules:
+
+* Members that are *alive or suspect* own partitions; dead and left members do not. Suspicion
+  alone never moves a partition (that is what sank the lease designs: a slow node lost its
+  leases and partitions jumped between hosts).
+* A change is delivered as one ``OwnershipChange``: callbacks get ``released`` before
+  ``acquired``. On a graceful leave the node releases everything *before* it announces that it
+  leaves, so the new owners acquire after the old one released.
+
+Embedding::
+
+    async with Node(NodeConfig("n1", join=[("10.0.0.2", 7001)])) as node:
+        node.owns("order-42"); node.owned_partitions()
+        async for change in node.ownership_changes():
+            start(change.acquired); stop(change.released)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from membership import JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
+from membership.aio import Member, start_member
+
+from .errors import InvalidConfigError, PlacementError
+from .ownership import OwnershipChange, diff, led_by
+from .snapshot import PlacementSnapshot
+from .table import PlacementTable, TableConfig
+
+Addr = tuple[str, int]
+
+
+class JoinRefusedError(PlacementError):
+    """The cluster refused this node: its partition count, replicas or seed differ."""
+
+
+class LeadershipLost(PlacementError):
+    """Raised out of ``async with node.leadership(name)`` when leadership moved elsewhere."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Settings of one node. ``partitions``, ``replicas``, ``seed`` and ``capacity_factor``
+    are cluster-wide: a node whose values differ is refused at join."""
+
+    node_id: str
+    gossip_bind: Addr = ("127.0.0.1", 7001)
+    gossip_advertise: Addr | None = None
+    http_advertise: str = ""  # base URL others use to reach this node's HTTP API
+    join: tuple[Addr, ...] = ()
+    weight: float = 1.0
+    tags: Mapping[str, str] = field(default_factory=dict)
+    partitions: int = 4096
+    replicas: int = 1
+    seed: int = 0
+    capacity_factor: float | None = None
+    cluster: str = "placement"
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
+    admin_token: str | None = field(default=None, repr=False)
+    settle_s: float = 1.0  # ready once joined and the view has not changed for this long
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+
+    def __post_init__(self) -> None:
+        TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
+        if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
+            raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
+        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags)  # validates weight
+
+    @property
+    def table_config(self) -> TableConfig:
+        return TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)
+
+    def cluster_settings(self) -> str:
+        """The fingerprint every member must share (checked by the gossip layer at join)."""
+        c = self.capacity_factor
+        return f"partitions={self.partitions},replicas={self.replicas},seed={self.seed},capacity={c}"
+
+    def membership_config(self) -> MembershipConfig:
+        return replace(self.membership, cluster_name=self.cluster, cluster_settings=self.cluster_settings(),
+                       keys=self.keys or self.membership.keys)
+
+
+def read_key_file(path: str) -> tuple[bytes, ...]:
+    """Keys for gossip encryption: one per line, hex or base64, 16/24/32 bytes; first is primary."""
+    keys = []
+    with open(path, encoding="ascii") as fh:
+        for n, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                key = bytes.fromhex(text) if len(text) in (32, 48, 64) else base64.b64decode(text, validate=True)
+            except (ValueError, binascii.Error):
+                raise InvalidConfigError(f"{path}:{n}: a key must be hex or base64") from None
+            if len(key) not in (16, 24, 32):
+                raise InvalidConfigError(f"{path}:{n}: a key must be 16, 24 or 32 bytes, got {len(key)}")
+            keys.append(key)
+    if not keys:
+        raise InvalidConfigError(f"{path}: no key found")
+    return tuple(keys)
+
+
+Listener = Callable[[int], object]
+
+
+class Node:
+    """One member of the cluster, embedded in an application process (see module docstring)."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self._member: Member | None = None
+        self._pump: asyncio.Task | None = None
+        self._snapshot: PlacementSnapshot | None = None
+        self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
+        self._queues: set[asyncio.Queue[OwnershipChange | None]] = set()
+        self._acquired_cbs: list[Listener] = []
+        self._released_cbs: list[Listener] = []
+        self._leaderships: dict[str, list[Callable[[], None]]] = {}
+        self._refused: JoinRefusedError | None = None
+        self._last_view_change = 0.0
+        self._has_peer = False
+        self._leaving = False
+        self.placement_changes = 0
+
+    # ----- lifecycle --------------------------------------------------------------------
+    async def start(self) -> "Node":
+        c = self.config
+        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags)
+        # Seconds since the epoch: a restarted node starts above any incarnation the cluster
+        # holds for its old self, so it is not mistaken for its dead predecessor.
+        self._member = await start_member(
+            c.membership_config(), c.node_id, bind=c.gossip_bind, advertise=c.gossip_advertise,
+            meta=meta, seeds=c.join, incarnation=int(time.time()),
+        )
+        self._last_view_change = time.monotonic()
+        self._recompute()
+        self._pump = asyncio.create_task(self._pump_events(self._member.subscribe()), name=f"node-{c.node_id}")
+        return self
+
+    async def __aenter__(self) -> "Node":
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.leave()
+
+    async def leave(self, timeout_s: float = 2.0) -> None:
+        """Graceful leave: release every partition, announce the leave, stop."""
+        if self._member is None or self._leaving:
+            return
+        self._leaving = True
+        self._publish(diff(self.table, None, self.config.node_id))
+        self._check_leaderships()
+        await self._member.leave(timeout_s)
+        await self._stop()
+
+    def close(self) -> None:
+        """Abrupt stop, as if the process died (others will detect it)."""
+        if self._member is not None:
+            self._member.close()
+        if self._pump is not None:
+            self._pump.cancel()
+        self._end_streams()
+
+    async def _stop(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        self._end_streams()
+
+    def _end_streams(self) -> None:
+        for q in self._queues:
+            q.put_nowait(None)
+
+    # ----- state ------------------------------------------------------------------------
+    @property
+    def node_id(self) -> str:
+        return self.config.node_id
+
+    @property
+    def member(self) -> Member:
+        if self._member is None:
+            raise RuntimeError("node is not started")
+        return self._member
+
+    @property
+    def snapshot(self) -> PlacementSnapshot:
+        if self._snapshot is None:
+            raise RuntimeError("node is not started")
+        return self._snapshot
+
+    @property
+    def table(self) -> PlacementTable:
+        return self.snapshot.table
+
+    def members(self) -> list[MemberInfo]:
+        return self.member.members()
+
+    @property
+    def ready(self) -> bool:
+        """Joined (or alone by design: no seeds) and the view has settled."""
+        if self._refused or self._leaving or self._member is None:
+            return False
+        joined = self._has_peer or not self.config.join
+        return joined and time.monotonic() - self._last_view_change >= self.config.settle_s
+
+    @property
+    def refused(self) -> JoinRefusedError | None:
+        return self._refused
+
+    def owns(self, key: str | bytes) -> bool:
+        """Is this node the leader of the key's partition?"""
+        owners = self.table.lookup(key)
+        return bool(owners) and owners[0] == self.node_id
+
+    def owned_partitions(self) -> frozenset[int]:
+        """Partitions this node leads (empty while it is leaving)."""
+        return frozenset() if self._leaving else led_by(self.table, self.node_id)
+
+    def leader(self, name: str) -> str:
+        """The top-ranked live member for ``name`` (the leader of its partition): every node
+        that shares the view computes the same answer, so no lease store is needed."""
+        return self.table.owner(self.table.partition_of(name))
+
+    # ----- ownership events -----------------------------------------------------------------
+    def on_ownership(self, acquired: Listener | None = None, released: Listener | None = None) -> None:
+        """Register callbacks ``acquired(partition)`` / ``released(partition)``."""
+        if acquired is not None:
+            self._acquired_cbs.append(acquired)
+        if released is not None:
+            self._released_cbs.append(released)
+
+    async def ownership_changes(self) -> AsyncIterator[OwnershipChange]:
+        """Every ownership change from now on; the first item is the current ownership."""
+        q: asyncio.Queue[OwnershipChange | None] = asyncio.Queue()
+        q.put_nowait(OwnershipChange(self.owned_partitions(), frozenset(), self.table.checksum))
+        self._queues.add(q)
+        try:
+            while (change := await q.get()) is not None:
+                yield change
+        finally:
+            self._queues.discard(q)
+
+    @contextlib.asynccontextmanager
+    async def leadership(self, name: str) -> AsyncIterator[None]:
+        """Wait until this node leads ``name``, then run the body while it does.
+
+        If leadership moves away, the body is cancelled and ``LeadershipLost`` is raised.
+        """
+        while self.leader(name) != self.node_id:
+            await self.wait_for_change(self.snapshot.etag, timeout_s=3600)
+        task = asyncio.current_task()
+        assert task is not None
+        lost = False
+
+        def check() -> None:
+            nonlocal lost
+            if not lost and (self._leaving or self.leader(name) != self.node_id):
+                lost = True
+                task.cancel()
+
+        self._leaderships.setdefault(name, []).append(check)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if lost and task.uncancel() == 0:
+                raise LeadershipLost(f"leadership of {name!r} moved to {self.leader(name)!r}") from None
+            raise
+        finally:
+            self._leaderships[name].remove(check)
+
+    async def wait_for_change(self, etag: str, timeout_s: float) -> PlacementSnapshot:
+        """Return the snapshot once its etag differs from ``etag`` (or after the timeout)."""
+        if self.snapshot.etag == etag:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+        return self.snapshot
+
+    # ----- internals --------------------------------------------------------------------
+    async def _pump_events(self, events: AsyncIterator) -> None:
+        async for event in events:
+            if isinstance(event, JoinRefused):
+                self._refused = JoinRefusedError(
+                    f"cluster at {event.addr[0]}:{event.addr[1]} refused this node: {event.reason} "
+                    f"(this node: {self.config.cluster_settings()})"
+                )
+                continue
+            if isinstance(event, MemberEvent) and event.member.node_id != self.node_id:
+                self._has_peer = True
+            self._last_view_change = time.monotonic()
+            self._recompute()
+
+    def _recompute(self) -> None:
+        live = self.member.live_members()
+        weights = {m.node_id: m.meta.weight for m in live}
+        addresses = {m.node_id: m.meta.http for m in live}
+        old = self._snapshot.table if self._snapshot is not None else None
+        table = old.with_members(weights) if old is not None else PlacementTable.from_config(
+            self.config.table_config, weights)
+        snapshot = PlacementSnapshot(table, addresses)
+        if self._snapshot is not None and snapshot.etag == self._snapshot.etag:
+            return
+        self._snapshot = snapshot
+        if old is not None and table.checksum != old.checksum:
+            self.placement_changes += 1
+        if not self._leaving:
+            self._publish(diff(old, table, self.node_id))
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._check_leaderships()
+
+    def _check_leaderships(self) -> None:
+        for checks in list(self._leaderships.values()):
+            for check in list(checks):
+                check()
+
+    def _publish(self, change: OwnershipChange) -> None:
+        if not change:
+            return
+        for p in sorted(change.released):  # release before acquire
+            for cb in self._released_cbs:
+                cb(p)
+        for p in sorted(change.acquired):
+            for cb in self._acquired_cbs:
+                cb(p)
+        for q in self._queues:
+            q.put_nowait(change)
