@@ -1,9 +1,93 @@
-"""``placement simulate``: the churn simulator's command line (being built, issue 5)."""
+"""``placement simulate``: the churn simulator's command line.
+
+    placement simulate --list
+    placement simulate crash-one --nodes 64 --duration 60 --seed 3 --out out/crash
+    placement simulate stalls --system swim-nolifeguard --param fraction=0.2
+    placement simulate compare --out docs   # the comparison table of docs/simulations.md
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from typing import Any
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Register this package's subcommands on the ``placement`` parser."""
+    p = sub.add_parser("simulate", help="run a churn scenario on the deterministic cluster simulator",
+                       description="Run N real membership cores (or a lease-based baseline) under a "
+                                   "simulated clock and network; print and write metrics.")
+    p.add_argument("scenario", nargs="?", help="scenario name (see --list), or 'compare'")
+    p.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
+    p.add_argument("--nodes", type=int, help="cluster size at the start (default: the scenario's)")
+    p.add_argument("--duration", type=float, help="simulated seconds measured after warm-up")
+    p.add_argument("--seed", type=int, default=1, help="run seed: same seed, same run (default 1)")
+    p.add_argument("--loss", type=float, help="packet loss rate on every link, e.g. 0.05")
+    p.add_argument("--system", default="swim",
+                   help="swim (default), swim-nolifeguard, eventhubs, durabletask, redis-race")
+    p.add_argument("--no-lifeguard", action="store_true", help="same as --system swim-nolifeguard")
+    p.add_argument("--partitions", type=int, default=1024, help="partition count (default 1024)")
+    p.add_argument("--replicas", type=int, default=1, help="replicas per partition (default 1)")
+    p.add_argument("--latency", type=float, default=0.0005, help="base one-way delay, s (default 0.0005)")
+    p.add_argument("--jitter", type=float, default=0.0005, help="mean exponential jitter, s (default 0.0005)")
+    p.add_argument("--sample", type=float, default=0.5, help="ownership sampling interval, s (default 0.5)")
+    p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                   help="scenario parameter (repeatable), e.g. --param count=4")
+    p.add_argument("--out", metavar="DIR", help="write metrics.json, series.json and PNG plots here")
+    p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .cluster import progress_bar
+    from .scenarios import SYSTEMS, describe, run_scenario
+
+    if args.list or not args.scenario:
+        print("scenarios:")
+        for line in describe():
+            print("  " + line)
+        print("  compare          the baseline comparison table (docs/simulations.md)")
+        print("systems: " + ", ".join(SYSTEMS))
+        return 0
+    if args.scenario == "compare":
+        from .compare import main as compare_main
+        return compare_main(out_dir=args.out, seed=args.seed, quiet=args.quiet)
+    system = "swim-nolifeguard" if args.no_lifeguard else args.system
+    progress = None if args.quiet else progress_bar(f"{args.scenario}/{system}")
+    try:
+        result = run_scenario(args.scenario, nodes=args.nodes, duration_s=args.duration, seed=args.seed,
+                              system=system, loss=args.loss, partitions=args.partitions,
+                              replicas=args.replicas, sample_interval_s=args.sample,
+                              latency_s=args.latency, jitter_s=args.jitter,
+                              params=dict(args.param), progress=progress)
+    except ValueError as exc:
+        print(f"placement simulate: error: {exc}", file=sys.stderr)
+        return 2
+    series = result.pop("series")
+    summary = {k: v for k, v in result.items() if k not in ("events", "detection_samples_s")}
+    print(json.dumps(summary, indent=1))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "metrics.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+        with open(os.path.join(args.out, "series.json"), "w", encoding="utf-8") as fh:
+            json.dump(series, fh)
+        if not args.no_plots:
+            from .plots import write_plots
+            names = write_plots(result, series, args.out)
+            print(f"wrote metrics.json, series.json, {', '.join(names)} to {args.out}", file=sys.stderr)
+    return 0

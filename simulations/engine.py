@@ -1,0 +1,199 @@
+"""Discrete-event engine: simulated clock, network and node faults around N node models.
+
+Theory of operation
+===================
+
+One ``Simulation`` is one run. Time is a float of simulated seconds; nothing reads a real
+clock. Work is a heap of ``(time, seq, fn, args)``: ``seq`` is a global counter, so events due
+at the same instant run in the order they were scheduled and a run never depends on heap
+tie-breaking. All randomness comes from one ``random.Random(seed)``: the network, the scenario
+and every node process get their own ``random.Random`` seeded from it in a fixed order, so the
+same seed reproduces the same run, event for event (TigerBeetle's VOPR, FoundationDB's
+simulation).
+
+Nodes (``simulations.nodes``, ``simulations.leases``) are driven through the engine only:
+
+* ``send(src, data, dst_addr)`` carries real datagram bytes (the membership codec's output)
+  through the network model: per-link delay, loss, blocked links (full or asymmetric
+  partitions), then schedules delivery to whichever process listens at ``dst_addr`` then.
+* ``node_at(node, t, fn, *args)`` schedules work for a node's *process*. Work for a crashed or
+  replaced process is dropped (its ``proc`` number no longer matches). Work that falls inside
+  a stall (the process's event loop is frozen) waits until the stall ends, in its original
+  order, and the process is told how late its loop woke up.
+
+Invariants are functions ``f(sim) -> str | None`` checked after every step; a message is a
+violation and raises ``InvariantViolation`` naming the seed and time, so the failure is
+reproduced with ``placement simulate ... --seed K``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+__all__ = ["InvariantViolation", "LinkModel", "Network", "Simulation"]
+
+
+class InvariantViolation(AssertionError):
+    """An invariant failed. The message names the seed and simulated time to reproduce it."""
+
+    def __init__(self, seed: int, now: float, what: str) -> None:
+        super().__init__(f"invariant violated at t={now:.6f}s (reproduce with --seed {seed}): {what}")
+        self.seed = seed
+        self.now = now
+        self.what = what
+
+
+@dataclass
+class LinkModel:
+    """Delay of one datagram: ``base_s`` + exponential jitter with mean ``jitter_s``; ``loss``."""
+
+    base_s: float = 0.0005
+    jitter_s: float = 0.0005
+    loss: float = 0.0
+
+    def delay(self, rng: random.Random) -> float:
+        return self.base_s + (rng.expovariate(1.0 / self.jitter_s) if self.jitter_s > 0 else 0.0)
+
+
+@dataclass
+class Network:
+    """The simulated network: a default link, per-link overrides and blocked directed links."""
+
+    default: LinkModel = field(default_factory=LinkModel)
+    #: (src_id, dst_id) -> LinkModel overriding the default for that direction.
+    links: dict[tuple[str, str], LinkModel] = field(default_factory=dict)
+    #: Directed (src_id, dst_id) pairs that drop everything (partitions).
+    blocked: set[tuple[str, str]] = field(default_factory=set)
+
+    def cut(self, side_a: Iterable[str], side_b: Iterable[str], *, both_ways: bool = True) -> None:
+        """Block a -> b for every a in side_a, b in side_b (and b -> a unless asymmetric)."""
+        side_b = list(side_b)
+        for a in side_a:
+            for b in side_b:
+                self.blocked.add((a, b))
+                if both_ways:
+                    self.blocked.add((b, a))
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    def link(self, src: str, dst: str) -> LinkModel:
+        return self.links.get((src, dst), self.default) if self.links else self.default
+
+
+class Simulation:
+    """The clock, the event heap, the network, the nodes and the invariants of one run."""
+
+    def __init__(self, seed: int, *, network: Network | None = None, mtu_bytes: int = 1400) -> None:
+        self.seed = seed
+        self.now = 0.0
+        self._rng = random.Random(seed)
+        self.net_rng = random.Random(self._rng.getrandbits(64))
+        self.scenario_rng = random.Random(self._rng.getrandbits(64))
+        self._proc_rng = random.Random(self._rng.getrandbits(64))
+        self.network = network or Network()
+        self.mtu_bytes = mtu_bytes
+        self.nodes: dict[str, Any] = {}
+        self.by_addr: dict[tuple[str, int], Any] = {}
+        self.invariants: list[Callable[["Simulation"], str | None]] = []
+        self._heap: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._seq = itertools.count()
+        self.steps = 0
+        #: The node whose process ran in the current step (None for network/scenario steps);
+        #: invariants look at it so checking after every step stays O(1).
+        self.current: Any = None
+        self.datagrams = 0
+        self.datagram_bytes = 0
+        self.max_datagram = 0
+        #: Called as on_send(sim, src_node, dst_node_or_None, nbytes) for every datagram sent.
+        self.on_send: Callable[..., None] | None = None
+
+    # ------------------------------------------------------------------ randomness
+
+    def process_rng(self) -> random.Random:
+        """A fresh RNG for one node process (derived from the run's seed, in creation order)."""
+        return random.Random(self._proc_rng.getrandbits(64))
+
+    # ------------------------------------------------------------------ scheduling
+
+    def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` at simulated time ``t`` (never in the past)."""
+        heapq.heappush(self._heap, (max(t, self.now), next(self._seq), fn, args))
+
+    def node_at(self, node: Any, t: float, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` in ``node``'s current process at ``t`` (dropped if it died)."""
+        self.at(t, self._run_in_process, node, node.proc, fn, args)
+
+    def _run_in_process(self, node: Any, proc: int, fn: Callable[..., None], args: tuple) -> None:
+        if node.proc != proc or not node.up:
+            return
+        if self.now < node.stalled_until:
+            # The process is frozen: the work waits (FIFO: seq grows) and sees the lag later.
+            self.at(node.stalled_until, self._run_in_process, node, proc, fn, args)
+            return
+        if node.pending_lag_s:
+            lag, node.pending_lag_s = node.pending_lag_s, 0.0
+            node.loop_lag(lag)
+        self.current = node
+        fn(*args)
+
+    def run_until(self, t: float, tick: Callable[[float], None] | None = None) -> None:
+        """Process every event due up to ``t``; invariants are checked after each one."""
+        heap = self._heap
+        pop = heapq.heappop
+        invariants = self.invariants
+        while heap and heap[0][0] <= t:
+            when, _, fn, args = pop(heap)
+            if when < self.now:
+                self.fail(f"time went backwards: event at {when} after {self.now}")
+            self.now = when
+            self.current = None
+            fn(*args)
+            self.steps += 1
+            for check in invariants:
+                what = check(self)
+                if what is not None:
+                    self.fail(what)
+        self.now = max(self.now, t)
+
+    def fail(self, what: str) -> None:
+        raise InvariantViolation(self.seed, self.now, what)
+
+    # ------------------------------------------------------------------ network
+
+    def register(self, node: Any) -> None:
+        self.nodes[node.node_id] = node
+        if getattr(node, "addr", None) is not None:
+            self.by_addr[node.addr] = node
+
+    def send(self, src: Any, data: bytes, dst_addr: tuple[str, int]) -> None:
+        """Put one datagram (real bytes) on the wire from ``src`` to ``dst_addr``."""
+        size = len(data)
+        self.datagrams += 1
+        self.datagram_bytes += size
+        if size > self.max_datagram:
+            self.max_datagram = size
+            if size > self.mtu_bytes:
+                self.fail(f"{src.node_id} sent a {size}-byte datagram (mtu {self.mtu_bytes})")
+        dst = self.by_addr.get(dst_addr)
+        if self.on_send is not None:
+            self.on_send(self, src, dst, size)
+        if dst is None:
+            return
+        net = self.network
+        if net.blocked and (src.node_id, dst.node_id) in net.blocked:
+            return
+        link = net.link(src.node_id, dst.node_id)
+        if link.loss and self.net_rng.random() < link.loss:
+            return
+        arrive = self.now + link.delay(self.net_rng) + dst.lag_s
+        # Delivered to whichever process listens at the address on arrival (a restarted
+        # process with the same address gets datagrams meant for its predecessor, as with UDP).
+        self.at(arrive, self._deliver, dst, data, src.addr)
+
+    def _deliver(self, dst: Any, data: bytes, src_addr: tuple[str, int]) -> None:
+        self._run_in_process(dst, dst.proc, dst.receive, (data, src_addr))

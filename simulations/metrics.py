@@ -1,0 +1,310 @@
+"""What a run measures. The JSON schema is documented in docs/simulations.md.
+
+Two kinds of observation:
+
+* **Exact, event-driven** (SWIM models only): every ``MemberEvent`` of every node is seen as
+  it happens, giving detection latencies of real crashes (first suspicion anywhere, first
+  death anywhere, dead in every live view) and false suspicions / false deaths, counted as
+  distinct (member, incarnation) episodes about a member whose process was running when the
+  episode began.
+* **Sampled** every ``sample_interval_s`` (all models): each running process says which
+  partitions it believes it leads. Per partition: no claimant = orphan, two or more =
+  dual ownership (both accumulate partition-seconds), exactly one = its owner. A partition
+  moves when its single owner differs from its previous single owner; a move away from a
+  *healthy* node (never crashed, stalled, slowed, cut off or left) to a node that was already
+  a member at the start is a ``healthy_moves``; a move back to the owner before the last one
+  is a ``flaps``. Views converge when every running member has the same view checksum and
+  that view is exactly the set of running members.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from membership import MemberEvent
+
+__all__ = ["Recorder", "percentiles"]
+
+
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """Nearest-rank p50/p99/max (None when there are no values) and the count."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None, "n": 0}
+    v = sorted(values)
+
+    def rank(p: float) -> float:
+        return round(v[max(0, math.ceil(p / 100 * len(v)) - 1)], 3)
+
+    return {"p50": rank(50), "p99": rank(99), "max": round(v[-1], 3), "n": len(v)}
+
+
+class _Crash:
+    __slots__ = ("node_id", "at", "first_suspect", "first_dead", "everywhere", "led", "takeover")
+
+    def __init__(self, node_id: str, at: float, led: np.ndarray) -> None:
+        self.node_id = node_id
+        self.at = at
+        self.first_suspect: float | None = None
+        self.first_dead: float | None = None
+        self.everywhere: float | None = None
+        self.led = led  # partitions it led at the crash (for the takeover time)
+        self.takeover: float | None = None
+
+
+class Recorder:
+    """Collects the metrics of one run (from ``begin()`` on) for a ``Cluster``."""
+
+    def __init__(self, cluster, sample_interval_s: float = 0.5) -> None:
+        self.cluster = cluster
+        self.sim = cluster.sim
+        self.dt = sample_interval_s
+        p = cluster.placement.partitions
+        self.partitions = p
+        self.active = False
+        self.t0 = 0.0
+        self.last_owner = np.full(p, -1, dtype=np.int64)
+        self.prev_owner = np.full(p, -1, dtype=np.int64)
+        self._last_state: tuple[np.ndarray, np.ndarray] | None = None
+        self.moved = 0
+        self.healthy_moves = 0
+        self.flaps = 0
+        self.dual_ps = 0.0
+        self.orphan_ps = 0.0
+        self.node_seconds = 0.0
+        self.faulted: set[int] = set()
+        self.newcomers: set[int] = set()
+        self.crashes: list[_Crash] = []
+        self._open: dict[str, _Crash] = {}
+        self.suspicions: dict[tuple[str, int], float] = {}  # episode -> first seen
+        self.false_suspicions: set[tuple[str, int]] = set()
+        self.false_deaths: set[tuple[str, int]] = set()
+        self.events: list[dict[str, Any]] = []
+        self.change_times: list[float] = []
+        self.series: dict[str, list] = {k: [] for k in (
+            "t", "members", "mean_view", "dual", "orphan", "balance", "moved", "converged")}
+        self.optimal_moves = 0
+        self._datagrams0 = 0
+        self._bytes0 = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def begin(self) -> None:
+        """Start measuring now (after warm-up); sampling runs every ``dt`` from here."""
+        self.active = True
+        self.t0 = self.sim.now
+        self._datagrams0 = self.sim.datagrams
+        self._bytes0 = self.sim.datagram_bytes
+        self._sample()
+
+    def action(self, kind: str, node_ids: list[str], membership_change: bool = True) -> None:
+        """A scenario action happened now (crash, join, leave, stall, partition, heal...)."""
+        if not self.active:
+            return
+        now = self.sim.now
+        self.events.append({"kind": kind, "at": round(now - self.t0, 3), "nodes": node_ids[:8],
+                            "n": len(node_ids), "_t": now, "_membership": membership_change})
+        nodes = self.cluster.nodes
+        if kind in ("crash", "leave", "stall", "slow", "partition", "flap", "restart"):
+            self.faulted.update(nodes[i].index for i in node_ids)
+        if kind in ("join", "restart"):
+            self.newcomers.update(nodes[i].index for i in node_ids)
+        if kind == "crash":
+            for i in node_ids:
+                led = np.flatnonzero(self.last_owner == nodes[i].index)
+                rec = _Crash(i, now, led)
+                self.crashes.append(rec)
+                self._open[i] = rec
+        elif kind == "restart":
+            for i in node_ids:
+                self._open.pop(i, None)  # back before it was detected everywhere: no verdict
+
+    # ------------------------------------------------------------------ exact: member events
+
+    def member_event(self, observer, ev: MemberEvent) -> None:
+        if not self.active:
+            return
+        kind = ev.kind
+        if kind not in ("suspect", "dead"):
+            return
+        subject = ev.member.node_id
+        now = self.sim.now
+        episode = (subject, ev.member.incarnation)
+        began = self.suspicions.setdefault(episode, now)
+        node = self.cluster.nodes.get(subject)
+        running = node is not None and node.up and not node.leaving and began >= node.started_at
+        rec = self._open.get(subject)
+        if kind == "suspect":
+            if running:
+                self.false_suspicions.add(episode)
+            if rec is not None and rec.first_suspect is None:
+                rec.first_suspect = now
+        else:
+            if running:
+                self.false_deaths.add(episode)
+            if rec is not None:
+                if rec.first_dead is None:
+                    rec.first_dead = now
+                self._check_everywhere(rec)
+
+    def _check_everywhere(self, rec: _Crash) -> None:
+        for n in self.cluster.nodes.values():
+            if n.up and n.node_id != rec.node_id and rec.node_id in n.view:
+                return
+        rec.everywhere = self.sim.now
+        self._open.pop(rec.node_id, None)
+
+    # ------------------------------------------------------------------ sampled: ownership
+
+    def _sample(self) -> None:
+        now = self.sim.now
+        cl = self.cluster
+        up = [n for n in cl.nodes.values() if n.up]
+        leads = [n.leads() for n in up]
+        p = self.partitions
+        claims = np.concatenate(leads) if leads else np.zeros(0, dtype=np.int64)
+        counts = np.bincount(claims, minlength=p)
+        owner = np.full(p, -1, dtype=np.int64)
+        for n, a in zip(up, leads):
+            owner[a] = n.index
+        dual = int((counts >= 2).sum())
+        orphan = int((counts == 0).sum())
+        first = not self.series["t"]
+        if not first:
+            self.dual_ps += dual * self.dt
+            self.orphan_ps += orphan * self.dt
+            self.node_seconds += len(up) * self.dt
+        single = counts == 1
+        changed = single & (owner != self.last_owner) & (self.last_owner >= 0)
+        n_changed = int(changed.sum())
+        if n_changed:
+            prev = self.last_owner[changed]
+            new = owner[changed]
+            healthy = np.array([i not in self.faulted for i in prev.tolist()])
+            healthy_new = np.array([i not in self.faulted for i in new.tolist()])
+            joiner = np.array([i in self.newcomers for i in new.tolist()])
+            self.moved += n_changed
+            self.healthy_moves += int((healthy & ~joiner).sum())
+            # Ping-pong between healthy nodes (a restarted node taking its partitions back is
+            # not a flap: it was faulted).
+            self.flaps += int((healthy & healthy_new & (new == self.prev_owner[changed])).sum())
+            self.prev_owner[changed] = prev
+        self.last_owner[single] = owner[single]
+        state = (owner, counts)
+        if self._last_state is not None and not (np.array_equal(owner, self._last_state[0])
+                                                 and np.array_equal(counts, self._last_state[1])):
+            self.change_times.append(now)
+        self._last_state = state
+        members = [n for n in up if not n.leaving and n.weight > 0]
+        total_w = sum(n.weight for n in members) or 1.0
+        balance = max((len(a) / (p * n.weight / total_w) for n, a in zip(up, leads)
+                       if not n.leaving and n.weight > 0), default=0.0)
+        has_views = bool(members) and members[0].has_view
+        mean_view = float(np.mean([len(n.view) for n in members])) if has_views else None
+        s = self.series
+        s["t"].append(round(now - self.t0, 3))
+        s["members"].append(len(members))
+        s["mean_view"].append(mean_view)
+        s["dual"].append(dual)
+        s["orphan"].append(orphan)
+        s["balance"].append(round(balance, 4))
+        s["moved"].append(self.moved)
+        s["converged"].append(self._converged(members))
+        for rec in self.crashes:
+            if rec.takeover is None and (len(rec.led) == 0 or (counts[rec.led] > 0).all()):
+                rec.takeover = now
+        for rec in list(self._open.values()):
+            if rec.first_dead is not None:
+                self._check_everywhere(rec)
+        self.sim.at(now + self.dt, self._sample)
+
+    def _converged(self, members) -> bool | None:
+        if not members or not members[0].has_view:
+            return None
+        token = members[0].view_token()
+        if any(n.view_token() != token for n in members):
+            return False
+        return members[0].live_view() == frozenset(n.node_id for n in members)
+
+    def note_optimal(self, moves: int) -> None:
+        if self.active:
+            self.optimal_moves += moves
+
+    # ------------------------------------------------------------------ result
+
+    def result(self) -> dict[str, Any]:
+        """The metrics dict (see docs/simulations.md); ``series`` holds the time series."""
+        sim, t0 = self.sim, self.t0
+        end = sim.now
+        s = self.series
+        det = [r for r in self.crashes if r.everywhere is not None]
+        events = []
+        membership_events = [e for e in self.events if e["_membership"]]
+        for i, e in enumerate(membership_events):
+            t_end = membership_events[i + 1]["_t"] if i + 1 < len(membership_events) else end
+            events.append(self._event_summary(e, t_end))
+        for e in self.events:
+            if not e["_membership"]:
+                events.append({k: v for k, v in e.items() if not k.startswith("_")})
+        events.sort(key=lambda e: e["at"])
+        conv = [e["converged_s"] for e in events if e.get("converged_s") is not None]
+        rebal = [e["rebalance_s"] for e in events if e.get("rebalance_s") is not None]
+        simulated = end - t0
+        datagrams = sim.datagrams - self._datagrams0
+        bytes_ = sim.datagram_bytes - self._bytes0
+        node_s = self.node_seconds or 1.0
+        return {
+            "simulated_s": round(simulated, 3),
+            "detection_s": percentiles([r.everywhere - r.at for r in det]),
+            "detection_samples_s": [round(r.everywhere - r.at, 3) for r in det],
+            "first_suspect_s": percentiles([r.first_suspect - r.at for r in self.crashes
+                                            if r.first_suspect is not None]),
+            "first_dead_s": percentiles([r.first_dead - r.at for r in self.crashes
+                                         if r.first_dead is not None]),
+            "takeover_s": percentiles([r.takeover - r.at for r in self.crashes if r.takeover is not None]),
+            "undetected_crashes": sum(1 for r in self.crashes if r.everywhere is None),
+            "false_suspicions": len(self.false_suspicions),
+            "false_deaths": len(self.false_deaths),
+            "false_death_members": len({m for m, _ in self.false_deaths}),
+            "convergence_s": max(conv) if conv else None,
+            "rebalance_s": percentiles(rebal),
+            "moved_partitions": self.moved,
+            "optimal_moves": self.optimal_moves,
+            "healthy_moves": self.healthy_moves,
+            "flaps": self.flaps,
+            "balance_max_over_mean": s["balance"][-1] if s["balance"] else None,
+            "balance_max_over_mean_worst": max(s["balance"]) if s["balance"] else None,
+            "dual_ownership_partition_s": round(self.dual_ps, 3),
+            "orphan_partition_s": round(self.orphan_ps, 3),
+            "datagrams_per_member_s": round(datagrams / node_s, 3),
+            "bytes_per_member_s": round(bytes_ / node_s, 1),
+            "max_datagram_bytes": sim.max_datagram,
+            "events": events,
+            "series": self.series,
+        }
+
+    def _event_summary(self, e: dict[str, Any], t_end: float) -> dict[str, Any]:
+        """Per membership event: time to view convergence and to ownership settling."""
+        t = e["_t"]
+        out = {k: v for k, v in e.items() if not k.startswith("_")}
+        s = self.series
+        conv = None
+        for ts, c in zip(s["t"], s["converged"]):
+            abs_t = ts + self.t0
+            if t <= abs_t < t_end and c:
+                conv = round(abs_t - t, 3)
+                break
+        out["converged_s"] = conv
+        changes = [c for c in self.change_times if t <= c < t_end]
+        clean_at_end = None
+        for ts, d, o in zip(reversed(s["t"]), reversed(s["dual"]), reversed(s["orphan"])):
+            if ts + self.t0 < t_end:
+                clean_at_end = d == 0 and o == 0
+                break
+        if clean_at_end:
+            out["rebalance_s"] = round(changes[-1] - t, 3) if changes else 0.0
+        else:
+            out["rebalance_s"] = None
+        return out

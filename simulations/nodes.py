@@ -1,0 +1,230 @@
+"""Node models: the common process life cycle, and a node running the real SWIM core.
+
+Every node model has the same life cycle and fault hooks, so the scenarios and the metrics
+treat the gossip design and the lease baselines (``simulations.leases``) alike:
+
+``start()``          a new process (first start, or a restart with the same id and address)
+``crash()``          kill -9: the process stops at once; in-flight work for it is dropped
+``leave()``          graceful leave (the model's own way of handing work back)
+``stall(seconds)``   the event loop freezes; work waits and runs late, in order
+``lag_s``            every datagram is handled this much late (CPU starvation)
+``leads()``          the partitions this process currently believes it leads (int array)
+
+``SwimNode`` runs ``membership.Swim`` and derives placement from its *own* view: the live
+members (alive + suspect, as ``membership`` says placement must), weighted by
+``Meta.weight``, through ``PlacementTable.with_members`` (incremental). The table is only
+recomputed when an observer asks for ``leads()`` after the view changed; the metrics ask at
+a fixed sampling interval, which keeps a 256-node hour cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from membership import MembershipConfig, MemberEvent, Meta, Swim
+from placement import PlacementTable
+
+__all__ = ["Node", "SwimNode", "PlacementSettings"]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class PlacementSettings:
+    """Cluster-wide placement settings every node builds its table with."""
+
+    def __init__(self, partitions: int = 1024, replicas: int = 1, seed: int = 0) -> None:
+        self.partitions = partitions
+        self.replicas = replicas
+        self.seed = seed
+
+    def fingerprint(self) -> str:
+        return f"partitions={self.partitions},replicas={self.replicas},seed={self.seed}"
+
+
+class Node:
+    """Process life cycle and fault state shared by every node model."""
+
+    #: Whether the model keeps a membership view (``view``, ``live_view``, ``view_token``).
+    has_view = False
+
+    def __init__(self, sim, node_id: str, index: int, weight: float) -> None:
+        self.sim = sim
+        self.node_id = node_id
+        self.index = index  # dense number, used by the metrics' arrays
+        self.weight = weight
+        self.addr: tuple[str, int] | None = None
+        self.proc = 0  # incremented on every start; work of older processes is dropped
+        self.up = False  # the process runs
+        self.leaving = False
+        self.stalled_until = 0.0
+        self.pending_lag_s = 0.0
+        self.lag_s = 0.0
+        self.started_at = 0.0
+        self.view: dict[str, float] = {}  # membership view (models that have one)
+
+    def start(self) -> None:
+        self.proc += 1
+        self.started_at = self.sim.now
+        self.up = True
+        self.leaving = False
+        self.stalled_until = 0.0
+        self.pending_lag_s = 0.0
+
+    def crash(self) -> None:
+        self.up = False
+        self.leaving = False
+
+    def stall(self, seconds: float) -> None:
+        """Freeze the process's event loop for ``seconds`` from now."""
+        now = self.sim.now
+        start = max(now, self.stalled_until)
+        self.stalled_until = start + seconds
+        self.pending_lag_s = self.stalled_until - now
+
+    def loop_lag(self, lag_s: float) -> None:
+        """The loop woke ``lag_s`` late (after a stall). Models may tell their protocol."""
+
+    def receive(self, data: bytes, src: tuple[str, int]) -> None:
+        raise NotImplementedError
+
+    def leave(self) -> None:
+        raise NotImplementedError
+
+    def leads(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def live_view(self) -> frozenset[str] | None:
+        """Ids this node believes are members (None: the model has no membership view)."""
+        return None
+
+    def view_token(self) -> object:
+        """Cheap identity of the view (equal tokens = equal views)."""
+        return None
+
+
+class SwimNode(Node):
+    """A node process running the real membership core, and placement from its own view."""
+
+    has_view = True
+
+    def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
+                 placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
+                 on_event: Callable[["SwimNode", MemberEvent], None]) -> None:
+        super().__init__(sim, node_id, index, weight)
+        self.config = config
+        self.placement = placement
+        self.addr = (f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}", 7946)
+        self._seeds = seeds
+        self._on_event = on_event
+        self.core: Swim | None = None
+        self._table: PlacementTable | None = None
+        self._view_version = 0  # bumped on every view change
+        self._table_version = -1  # the view version the table was computed from
+        self._leads = _EMPTY
+        self._timer_at: float | None = None
+        self._last_incarnation = -1
+        self.joined = False
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        super().start()
+        now = self.sim.now
+        self.core = Swim(self.config, self.node_id, self.addr, meta=Meta(weight=self.weight),
+                         rng=self.sim.process_rng(), now=now)
+        self.view = {self.node_id: self.weight}
+        self._view_version += 1
+        self._timer_at = None
+        self._last_incarnation = -1
+        seeds = self._seeds()
+        # A process claims partitions only once it has joined (heard from a member), as the
+        # node's composition root does; alone, it would briefly claim every partition. The
+        # first node of a cluster (no seeds) owns from the start.
+        self.joined = not seeds
+        self.core.join(seeds, now)
+        self._flush()
+
+    def crash(self) -> None:
+        super().crash()
+        self.core = None
+        self.view = {}
+        self._timer_at = None
+
+    def leave(self) -> None:
+        """Graceful leave: gossip it, stop owning now, exit once the news went out."""
+        if not self.up or self.leaving:
+            return
+        self.leaving = True
+        self.core.leave(self.sim.now)
+        self._flush()
+
+    def loop_lag(self, lag_s: float) -> None:
+        self.core.report_loop_lag(lag_s, self.sim.now)
+
+    # ------------------------------------------------------------------ driving the core
+
+    def receive(self, data: bytes, src: tuple[str, int]) -> None:
+        self.core.receive_datagram(data, src, self.sim.now)
+        self._flush()
+
+    def _timer(self, t: float) -> None:
+        if self._timer_at != t:
+            return  # superseded by an earlier timer
+        self._timer_at = None
+        if self.lag_s:
+            self.core.report_loop_lag(self.lag_s, self.sim.now)
+        self.core.handle_timer(self.sim.now)
+        self._flush()
+
+    def _flush(self) -> None:
+        core, sim = self.core, self.sim
+        for data, dst in core.datagrams_to_send():
+            sim.send(self, data, dst)
+        for ev in core.events():
+            if isinstance(ev, MemberEvent):
+                m = ev.member
+                if m.status in ("alive", "suspect"):
+                    self.view[m.node_id] = m.meta.weight
+                else:
+                    self.view.pop(m.node_id, None)
+                self._view_version += 1
+                self.joined = True
+                self._on_event(self, ev)
+        if self.leaving and core.leave_broadcast_done:
+            # Stop a moment later, as a real process would after flushing its sockets.
+            sim.node_at(self, sim.now + 0.5, self.crash)
+            self.leaving = False
+            self.view = {}
+            return
+        t = core.get_timer()
+        if t is not None:
+            t = max(t, sim.now) + self.lag_s
+            if self._timer_at is None or t < self._timer_at:
+                self._timer_at = t
+                sim.node_at(self, t, self._timer, t)
+
+    # ------------------------------------------------------------------ observing
+
+    def leads(self) -> np.ndarray:
+        if not self.up or not self.joined or self.self_status() != "alive":
+            return _EMPTY
+        if self._table_version != self._view_version:
+            p = self.placement
+            if self._table is None:
+                self._table = PlacementTable.build(self.view, p.partitions, p.replicas, p.seed)
+            else:
+                self._table = self._table.with_members(self.view)
+            self._table_version = self._view_version
+            self._leads = np.asarray(self._table.owned_by(self.node_id, leader_only=True), dtype=np.int64)
+        return self._leads
+
+    def live_view(self) -> frozenset[str] | None:
+        return frozenset(self.view) if self.up else None
+
+    def view_token(self) -> object:
+        return self.core.view_checksum if self.core is not None else None
+
+    def self_status(self) -> str | None:
+        return None if self.core is None else self.core.member(self.node_id).status
