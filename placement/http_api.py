@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any, Protocol
 
 import msgpack
@@ -113,9 +115,9 @@ class Problem(BaseModel):
     detail: str
 
 
-def problem(status: int, title: str, detail: str) -> Response:
+def problem(status: int, title: str, detail: str, headers: Mapping[str, str] | None = None) -> Response:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    return Response(json.dumps(body), status_code=status, media_type=PROBLEM)
+    return Response(json.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
 _ERRORS = {400: {"model": Problem}, 422: {"model": Problem}}
@@ -181,7 +183,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
 
     @app.exception_handler(StarletteHTTPException)
     async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
-        return problem(exc.status_code, str(exc.detail), str(exc.detail))
+        title = HTTPStatus(exc.status_code).phrase if exc.status_code in HTTPStatus._value2member_map_ else "Error"
+        return problem(exc.status_code, title, str(exc.detail), exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_problem(request: Request, exc: RequestValidationError) -> Response:

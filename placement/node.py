@@ -10,6 +10,9 @@ Ownership rules:
 * Members that are *alive or suspect* own partitions; dead and left members do not. Suspicion
   alone never moves a partition (that is what sank the lease designs: a slow node lost its
   leases and partitions jumped between hosts).
+* A node that joins through seeds owns nothing until it has heard from the cluster: alone,
+  its own view would give it every partition, and it would process them twice with their
+  real owners.
 * A change is delivered as one ``OwnershipChange``: callbacks get ``released`` before
   ``acquired``. On a graceful leave the node releases everything *before* it announces that it
   leaves, so the new owners acquire after the old one released.
@@ -133,6 +136,7 @@ class Node:
         self._last_view_change = 0.0
         self._has_peer = False
         self._leaving = False
+        self._owned_table: PlacementTable | None = None  # the table ownership was last published for
         self.placement_changes = 0
 
     # ----- lifecycle --------------------------------------------------------------------
@@ -161,7 +165,7 @@ class Node:
         if self._member is None or self._leaving:
             return
         self._leaving = True
-        self._publish(diff(self.table, None, self.config.node_id))
+        self._publish(diff(self._owned_table, None, self.config.node_id))
         self._check_leaderships()
         await self._member.leave(timeout_s)
         await self._stop()
@@ -210,25 +214,32 @@ class Node:
         return self.member.members()
 
     @property
+    def joined(self) -> bool:
+        """Heard from another member (or alone by design: started without seeds)."""
+        return self._has_peer or not self.config.join
+
+    @property
     def ready(self) -> bool:
-        """Joined (or alone by design: no seeds) and the view has settled."""
+        """Joined and the view has settled."""
         if self._refused or self._leaving or self._member is None:
             return False
-        joined = self._has_peer or not self.config.join
-        return joined and time.monotonic() - self._last_view_change >= self.config.settle_s
+        return self.joined and time.monotonic() - self._last_view_change >= self.config.settle_s
 
     @property
     def refused(self) -> JoinRefusedError | None:
         return self._refused
 
     def owns(self, key: str | bytes) -> bool:
-        """Is this node the leader of the key's partition?"""
+        """Is this node the leader of the key's partition (and joined, and not leaving)?"""
         owners = self.table.lookup(key)
-        return bool(owners) and owners[0] == self.node_id
+        return self._owning() and bool(owners) and owners[0] == self.node_id
 
     def owned_partitions(self) -> frozenset[int]:
-        """Partitions this node leads (empty while it is leaving)."""
-        return frozenset() if self._leaving else led_by(self.table, self.node_id)
+        """Partitions this node leads (none before it joined or once it is leaving)."""
+        return led_by(self.table, self.node_id) if self._owning() else frozenset()
+
+    def _owning(self) -> bool:
+        return self.joined and not self._leaving
 
     def leader(self, name: str) -> str:
         """The top-ranked live member for ``name`` (the leader of its partition): every node
@@ -260,7 +271,7 @@ class Node:
 
         If leadership moves away, the body is cancelled and ``LeadershipLost`` is raised.
         """
-        while self.leader(name) != self.node_id:
+        while not self._owning() or self.leader(name) != self.node_id:
             await self.wait_for_change(self.snapshot.etag, timeout_s=3600)
         task = asyncio.current_task()
         assert task is not None
@@ -268,7 +279,7 @@ class Node:
 
         def check() -> None:
             nonlocal lost
-            if not lost and (self._leaving or self.leader(name) != self.node_id):
+            if not lost and (not self._owning() or self.leader(name) != self.node_id):
                 lost = True
                 task.cancel()
 
@@ -316,8 +327,9 @@ class Node:
         self._snapshot = snapshot
         if old is not None and table.checksum != old.checksum:
             self.placement_changes += 1
-        if not self._leaving:
-            self._publish(diff(old, table, self.node_id))
+        if self._owning():
+            self._publish(diff(self._owned_table, table, self.node_id))
+            self._owned_table = table
         self._changed.set()
         self._changed = asyncio.Event()
         self._check_leaderships()

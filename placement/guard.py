@@ -1,0 +1,54 @@
+"""Answer ``421 Misdirected Request`` when a request reaches a node that does not own its key.
+
+Applications that embed a ``Node`` in their FastAPI app add the dependency::
+
+    app = FastAPI()
+    owned = require_ownership(node)                  # the key comes from path or query "key"
+
+    @app.post("/orders/{key}")
+    async def create(key: str = Depends(owned)): ...
+
+A misdirected request gets a 421 problem body naming the current owner, with its address in
+``Location`` and the headers the client library reads (``X-Placement-Owner``,
+``X-Placement-Checksum``): the client refreshes its snapshot and retries once. This is how
+routing stays correct while membership changes, without a lease store. ``create_app``'s
+problem handler renders it; a plain FastAPI app renders it with its default handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+from starlette.exceptions import HTTPException
+
+from .client import CHECKSUM_HEADER, OWNER_HEADER
+
+
+class Misdirected(HTTPException):
+    """Raised by ``require_ownership``; rendered as a 421 problem response."""
+
+    def __init__(self, owner: str, owner_url: str, checksum: str, path: str) -> None:
+        headers = {OWNER_HEADER: owner, CHECKSUM_HEADER: checksum}
+        if owner_url:
+            headers["Location"] = owner_url + path
+        super().__init__(421, f"this node does not own the key; its owner is {owner!r} at {owner_url or 'unknown'}",
+                         headers)
+
+
+def require_ownership(node, param: str = "key") -> Callable[[Request], Awaitable[str]]:
+    """A FastAPI dependency returning the request's key if ``node`` leads its partition.
+
+    The key is read from the path parameter or query parameter named ``param``.
+    """
+
+    async def dependency(request: Request) -> str:
+        key = request.path_params.get(param, request.query_params.get(param))
+        if key is None:
+            raise HTTPException(400, f"missing key parameter {param!r}")
+        owner = node.table.lookup(key)[0]
+        if owner != node.node_id:
+            raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, request.url.path)
+        return key
+
+    return dependency

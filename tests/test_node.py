@@ -1,0 +1,187 @@
+"""Nodes on real UDP sockets (in-process): convergence, ownership, leave, leadership, 421 guard."""
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from fastapi import Depends, FastAPI
+
+from membership import MembershipConfig
+from placement.guard import require_ownership
+from placement.node import LeadershipLost, Node, NodeConfig
+
+FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
+                        push_pull_min_interval_s=0.5, join_retry_interval_s=0.2)
+P = 512
+
+
+def config(node_id, join=(), **kw):
+    return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=tuple(join), partitions=P, replicas=2,
+                      settle_s=0.0, membership=FAST, http_advertise=f"http://{node_id}.test", **kw)
+
+
+async def eventually(predicate, timeout_s=10.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def start_cluster(n, log=None):
+    first = await Node(config("n1")).start()
+    nodes = [first]
+    for i in range(2, n + 1):
+        nodes.append(await Node(config(f"n{i}", join=[first.member.bound])).start())
+    if log is not None:
+        for node in nodes:
+            node.on_ownership(acquired=lambda p, n=node.node_id: log.append((n, "acquired", p)),
+                              released=lambda p, n=node.node_id: log.append((n, "released", p)))
+    await eventually(lambda: all(len(x.table.members) == n for x in nodes), what="full views")
+    return nodes
+
+
+def agree(nodes):
+    return len({n.table.checksum for n in nodes}) == 1
+
+
+def test_cluster_converges_and_owns_every_partition_once():
+    async def main():
+        nodes = await start_cluster(4)
+        await eventually(lambda: agree(nodes), what="same checksum")
+        owned = [n.owned_partitions() for n in nodes]
+        assert sum(len(o) for o in owned) == P and frozenset().union(*owned) == frozenset(range(P))
+        assert all(n.ready for n in nodes)
+        assert {n.leader("scheduler") for n in nodes} == {nodes[0].table.owner(nodes[0].table.partition_of("scheduler"))}
+        for n in nodes:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_joining_node_owns_nothing_until_it_hears_from_the_cluster():
+    async def main():
+        lonely = await Node(config("n9", join=[("127.0.0.1", 9)])).start()  # nobody there
+        await asyncio.sleep(0)  # let the pump run once
+        assert lonely.owned_partitions() == frozenset() and not lonely.owns("k") and not lonely.ready
+        lonely.close()
+
+    asyncio.run(main())
+
+
+def test_graceful_leave_releases_before_others_acquire():
+    async def main():
+        log = []
+        nodes = await start_cluster(3, log)
+        await eventually(lambda: agree(nodes))
+        leaver, rest = nodes[2], nodes[:2]
+        held = leaver.owned_partitions()
+        assert held
+        log.clear()
+        await leaver.leave()
+        await eventually(lambda: all(len(n.table.members) == 2 for n in rest) and agree(rest), what="leave seen")
+        released_at = {p: i for i, (n, kind, p) in enumerate(log) if n == leaver.node_id and kind == "released"}
+        acquired_at = {p: i for i, (n, kind, p) in enumerate(log) if n != leaver.node_id and kind == "acquired"}
+        assert set(released_at) == set(held) == set(acquired_at)
+        assert all(released_at[p] < acquired_at[p] for p in held)
+        for n in rest:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_leadership_runs_only_on_the_leader_and_moves_on_leave():
+    async def main():
+        nodes = await start_cluster(3)
+        await eventually(lambda: agree(nodes))
+        name = "nightly-compaction"
+        leader = next(n for n in nodes if n.leader(name) == n.node_id)
+        started = asyncio.Event()
+
+        async def lead():
+            async with leader.leadership(name):
+                started.set()
+                await asyncio.sleep(3600)
+
+        task = asyncio.create_task(lead())
+        await asyncio.wait_for(started.wait(), 5)
+        await leader.leave()
+        with pytest.raises(LeadershipLost):
+            await asyncio.wait_for(task, 5)
+        rest = [n for n in nodes if n is not leader]
+        await eventually(lambda: agree(rest) and len(rest[0].table.members) == 2)
+        assert rest[0].leader(name) == rest[1].leader(name) != leader.node_id
+        for n in rest:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_guard_answers_421_with_the_owner():
+    async def main():
+        nodes = await start_cluster(2)
+        await eventually(lambda: agree(nodes))
+        node = nodes[0]
+        app = FastAPI()
+
+        @app.get("/work/{key}")
+        async def work(key: str = Depends(require_ownership(node))):
+            return {"done": key}
+
+        mine = next(f"k{i}" for i in range(1000) if node.owns(f"k{i}"))
+        theirs = next(f"k{i}" for i in range(1000) if not node.owns(f"k{i}"))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            assert (await client.get(f"/work/{mine}")).json() == {"done": mine}
+            r = await client.get(f"/work/{theirs}")
+            assert r.status_code == 421
+            assert r.headers["x-placement-owner"] == "n2" and r.headers["location"] == f"http://n2.test/work/{theirs}"
+            assert r.headers["x-placement-checksum"] == node.table.checksum
+        for n in nodes:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+class HostRouter(httpx.AsyncBaseTransport):
+    """Send each request to the in-process app of the node named by the URL's host."""
+
+    def __init__(self, apps):
+        self.transports = {host: httpx.ASGITransport(app=app) for host, app in apps.items()}
+
+    async def handle_async_request(self, request):
+        return await self.transports[request.url.host].handle_async_request(request)
+
+
+def test_async_client_routes_locally_and_retries_once_after_421():
+    from placement.client import AsyncPlacementClient
+    from placement.http_api import create_app
+
+    def app_for(node):
+        app = create_app(node)
+
+        @app.get("/work/{key}")
+        async def work(key: str = Depends(require_ownership(node))):
+            return {"served_by": node.node_id}
+
+        return app
+
+    async def main():
+        n1 = await Node(config("n1")).start()
+        router = HostRouter({"n1.test": app_for(n1)})
+        client = await AsyncPlacementClient.connect("http://n1.test", refresh=False, transport=router)
+        assert client.snapshot.table.members == {"n1": 1.0}  # a snapshot that is about to go stale
+        n2 = await Node(config("n2", join=[n1.member.bound])).start()
+        router.transports["n2.test"] = httpx.ASGITransport(app=app_for(n2))
+        await eventually(lambda: agree([n1, n2]) and len(n1.table.members) == 2)
+        key = next(f"k{i}" for i in range(1000) if n2.owns(f"k{i}"))
+        assert client.owner(key) == "n1"  # stale
+        r = await client.request("GET", key, f"/work/{key}")
+        assert r.status_code == 200 and r.json() == {"served_by": "n2"}
+        assert client.owner(key) == "n2" and client.checksum == n1.table.checksum
+        assert dict(client.route([key, "x"])) == {m: ks for m, ks in n1.table.route([key, "x"]).items()}
+        await client.aclose()
+        for n in (n2, n1):
+            await n.leave()
+
+    asyncio.run(main())
