@@ -74,6 +74,11 @@ def crash_many(cluster: Cluster, duration_s: float, count: int = 8, every_s: flo
         _later(cluster, 10.0 + i * every_s, lambda: cluster.crash(_pick(cluster, 1)))
 
 
+@scenario("join-one", "one new node joins at t=at_s")
+def join_one(cluster: Cluster, duration_s: float, at_s: float = 10.0) -> None:
+    _later(cluster, at_s, cluster.join)
+
+
 @scenario("leave", "one random node leaves gracefully at t=at_s")
 def leave(cluster: Cluster, duration_s: float, at_s: float = 10.0) -> None:
     _later(cluster, at_s, lambda: cluster.leave(_pick(cluster, 1)))
