@@ -264,7 +264,8 @@ class Recorder:
             "first_dead_s": percentiles([r.first_dead - r.at for r in self.crashes
                                          if r.first_dead is not None]),
             "takeover_s": percentiles([r.takeover - r.at for r in self.crashes if r.takeover is not None]),
-            "undetected_crashes": sum(1 for r in self.crashes if r.everywhere is None),
+            # Crashed and neither detected everywhere nor restarted before the run ended.
+            "undetected_crashes": len(self._open),
             "false_suspicions": len(self.false_suspicions),
             "false_deaths": len(self.false_deaths),
             "false_death_members": len({m for m, _ in self.false_deaths}),
