@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/placement demo
+	$(BIN)/placement cluster --nodes 5
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
