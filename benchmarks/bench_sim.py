@@ -1,6 +1,6 @@
 """The project's simulation goals (issue 5), measured at N=256 with the default config.
 
-    python benchmarks/bench_sim.py [--nodes 256] [--hour 3600] [--seed 1] [--out out/goals] [--only NAME]
+    python benchmarks/bench_sim.py [--nodes 256] [--hour 3600] [--stalls 600] [--seed 1] [--out out/goals] [--only NAME]
 
 Runs each goal scenario once (one process, one core), writes each run's metrics.json under
 --out, and prints the goals table recorded in docs/simulations.md. Long: the 1-hour loss run
@@ -20,12 +20,12 @@ from simulations.cluster import progress_bar  # noqa: E402
 from simulations.scenarios import run_scenario  # noqa: E402
 
 
-def runs(n: int, hour: float) -> dict[str, dict]:
+def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:
     return {
         "crash": dict(name="crash-many", nodes=n, duration_s=330.0, params={"count": 16, "every_s": 20.0}),
         "loss5": dict(name="loss", nodes=n, duration_s=hour, params={"loss": 0.05, "crash_at_s": -1.0}),
-        "stalls": dict(name="stalls", nodes=n, duration_s=600.0),
-        "stalls-nolifeguard": dict(name="stalls", nodes=n, duration_s=600.0, system="swim-nolifeguard"),
+        "stalls": dict(name="stalls", nodes=n, duration_s=stalls_s),
+        "stalls-nolifeguard": dict(name="stalls", nodes=n, duration_s=stalls_s, system="swim-nolifeguard"),
         "split": dict(name="split", nodes=n, duration_s=120.0, params={"split_s": 60.0}),
         "steady-hour": dict(name="steady", nodes=n, duration_s=hour),
     }
@@ -35,12 +35,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--hour", type=float, default=3600.0, help="length of the 'one hour' runs (s)")
+    ap.add_argument("--stalls", type=float, default=600.0, help="length of the stall runs (s)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="out/goals")
     ap.add_argument("--only", action="append", help="run only these goal runs (repeatable)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for key, spec in runs(args.nodes, args.hour).items():
+    for key, spec in runs(args.nodes, args.hour, args.stalls).items():
         if args.only and key not in args.only:
             continue
         spec = dict(spec)
