@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 .PHONY: run test bench clean
 
 $(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "installing Java for Spark"; \
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null \
+	  || echo "warning: Java not installed; Spark tests will be skipped with a reason"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
