@@ -42,6 +42,10 @@ class SimNetwork:
         #: node_id -> extra seconds before that node handles anything (a CPU-starved process):
         #: datagrams reach it late, and its driver reports that much event-loop lag.
         self.slow: dict[str, float] = {}
+        #: node_id -> simulated time until which the node is frozen (a stalled process: GC,
+        #: swapping, CPU starvation). Its datagrams queue up and are handled when it thaws,
+        #: before its overdue timers, as asyncio does after a stall.
+        self.frozen_until: dict[str, float] = {}
         self.max_datagram = 0
         self.datagrams = 0
         #: Optional hook called with (now, src, dst, data) for every datagram sent.
@@ -49,6 +53,7 @@ class SimNetwork:
         self._heap: list[tuple] = []
         self._counter = itertools.count()
         self._timer_at: dict[str, float | None] = {}
+        self._stalled_at: dict[str, float] = {}
         self._ports = itertools.count(7000)
 
     # --- building the cluster ---
@@ -72,6 +77,11 @@ class SimNetwork:
     def crash(self, node_id: str) -> None:
         """Stop a node abruptly: it neither sends, receives nor runs timers any more."""
         self.nodes[node_id].up = False
+
+    def freeze(self, node_id: str, duration_s: float) -> None:
+        """Stall a node for ``duration_s`` from now (see ``frozen_until``)."""
+        self.frozen_until[node_id] = self.now + duration_s
+        self._stalled_at[node_id] = self.now
 
     def partition(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
         for a in side_a:
@@ -121,7 +131,14 @@ class SimNetwork:
             node = self.nodes.get(node_id)
             if node is None or node.core is not core or not node.up or self._timer_at.get(node_id) != t:
                 return
+            thaw = self.frozen_until.get(node_id, 0.0)
+            if self.now < thaw:  # overdue timers run just after the queued datagrams
+                self._timer_at[node_id] = thaw + 1e-6
+                heapq.heappush(self._heap, (thaw + 1e-6, next(self._counter), "timer", payload))
+                return
             self._timer_at[node_id] = None
+            if node_id in self._stalled_at:  # the driver's lag monitor notices the stall
+                core.report_loop_lag(self.now - self._stalled_at.pop(node_id), self.now)
             if node_id in self.slow:
                 core.report_loop_lag(self.slow[node_id], self.now)
             core.handle_timer(self.now)
@@ -130,6 +147,10 @@ class SimNetwork:
             data, src, dst = payload
             node = self.by_addr.get(dst)
             if node is None or not node.up:
+                return
+            thaw = self.frozen_until.get(node.node_id, 0.0)
+            if self.now < thaw:
+                heapq.heappush(self._heap, (thaw, next(self._counter), "dgram", payload))
                 return
             node.core.receive_datagram(data, src, self.now)
             self._after(node)

@@ -72,8 +72,9 @@ def test_queue_newer_update_replaces_older_and_refine_keeps_the_count():
 def test_config_derived_values_and_validation():
     cfg = MembershipConfig()
     assert cfg.retransmit_limit(256) == 4 * 3
-    assert cfg.suspicion_min_s(256) == pytest.approx(1.25 * math.log10(256))
-    assert cfg.suspicion_min_s(3) == pytest.approx(1.25)  # log10 floored at 1
+    assert cfg.suspicion_min_s(256) == pytest.approx(1.25 * math.log10(256))  # 3.01 s
+    assert cfg.suspicion_min_s(16) == 3.0  # the floor
+    assert MembershipConfig(suspicion_min_floor_s=0).suspicion_min_s(3) == pytest.approx(1.25)
     assert cfg.suspicion_max_s(256) == pytest.approx(6 * cfg.suspicion_min_s(256))
     with pytest.raises(ValueError):
         MembershipConfig(probe_timeout_s=2.0)

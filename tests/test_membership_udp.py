@@ -10,7 +10,7 @@ from membership import DEAD, MembershipConfig, MemberEvent, Meta
 from membership.aio import start_member
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
-                        suspicion_mult=1.0, join_retry_interval_s=0.3)
+                        suspicion_mult=1.0, suspicion_min_floor_s=0.6, join_retry_interval_s=0.3)
 
 
 async def wait_for(pred, timeout_s: float, what: str) -> None:
