@@ -155,7 +155,6 @@ def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: 
     A per-row argsort on draw alone is cheap; rows where two of the first k+1 draws are
     equal (rare) are re-sorted with the full key.
     """
-    rows = cand_idx.shape[0]
     order = np.argsort(cand_draw, axis=1, kind="stable")
     sd = np.take_along_axis(cand_draw, order, axis=1)
     if sd.shape[1] > 1:

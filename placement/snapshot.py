@@ -18,6 +18,7 @@ from typing import Any
 import mmh3
 import msgpack
 
+from .codec import load_json_object, load_msgpack_map
 from .errors import SnapshotError
 from .table import PlacementTable
 
@@ -63,20 +64,8 @@ class PlacementSnapshot:
 
     @classmethod
     def from_msgpack(cls, data: bytes, verify: bool = False) -> "PlacementSnapshot":
-        try:
-            decoded = msgpack.unpackb(data, raw=False)
-        except Exception as exc:  # msgpack raises several unrelated types on bad input
-            raise SnapshotError(f"snapshot is not valid msgpack: {exc}") from exc
-        if not isinstance(decoded, dict):
-            raise SnapshotError("snapshot must be a msgpack map")
-        return cls.from_dict(decoded, verify=verify)
+        return cls.from_dict(load_msgpack_map(data), verify=verify)
 
     @classmethod
     def from_json(cls, text: str | bytes, verify: bool = False) -> "PlacementSnapshot":
-        try:
-            decoded = json.loads(text)
-        except ValueError as exc:
-            raise SnapshotError(f"snapshot is not valid JSON: {exc}") from exc
-        if not isinstance(decoded, dict):
-            raise SnapshotError("snapshot must be a JSON object")
-        return cls.from_dict(decoded, verify=verify)
+        return cls.from_dict(load_json_object(text), verify=verify)

@@ -27,6 +27,7 @@ import msgpack
 import numpy as np
 
 from . import bounded
+from .codec import load_json_object, load_msgpack_map
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
 from .hashing import fmix64_np, key_hash, member_hash, partition_hashes, safe_key
 from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, validate_members
@@ -338,26 +339,14 @@ class PlacementTable:
 
     @classmethod
     def from_msgpack(cls, data: bytes, verify: bool = False) -> "PlacementTable":
-        try:
-            decoded = msgpack.unpackb(data, raw=False)
-        except Exception as exc:  # msgpack raises several unrelated types on bad input
-            raise SnapshotError(f"snapshot is not valid msgpack: {exc}") from exc
-        if not isinstance(decoded, dict):
-            raise SnapshotError("snapshot must be a msgpack map")
-        return cls.from_dict(decoded, verify=verify)
+        return cls.from_dict(load_msgpack_map(data), verify=verify)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes, verify: bool = False) -> "PlacementTable":
-        try:
-            decoded = json.loads(text)
-        except ValueError as exc:
-            raise SnapshotError(f"snapshot is not valid JSON: {exc}") from exc
-        if not isinstance(decoded, dict):
-            raise SnapshotError("snapshot must be a JSON object")
-        return cls.from_dict(decoded, verify=verify)
+        return cls.from_dict(load_json_object(text), verify=verify)
 
 
 def _pad(a: np.ndarray, width: int) -> np.ndarray:

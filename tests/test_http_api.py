@@ -1,13 +1,11 @@
 """HTTP API through httpx's ASGI transport, against a real single-node cluster on loopback."""
 
 import asyncio
-import json
 
 import httpx
 import msgpack
 import pytest
 
-from placement import PlacementTable
 from placement.http_api import create_app
 from placement.node import Node, NodeConfig
 from placement.snapshot import PlacementSnapshot
