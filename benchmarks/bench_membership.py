@@ -62,8 +62,10 @@ async def udp_cpu(n: int, idle_s: float = 20.0) -> None:
     cpu, dt = time.process_time() - cpu0, loop.time() - t0
     sent = sum(m.core.stats["datagrams_out"] for m in members) - sent0
     suspicions = sum(m.core.stats["suspicions"] for m in members)
+    unhealthy = sum(1 for m in members if m.core.local_health > 0)
     print(f"idle: {100 * cpu / dt:.1f}% of one core for {n} members, "
-          f"{sent / dt / n:.2f} datagrams/s per member, suspicions so far {suspicions}")
+          f"{sent / dt / n:.2f} datagrams/s per member, suspicions so far {suspicions}, "
+          f"members with local health > 0 (slowed probing after the join burst): {unhealthy}")
     for m in members:
         m.close()
 
