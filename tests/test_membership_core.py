@@ -439,3 +439,20 @@ def test_member_frozen_for_four_seconds_survives_and_one_frozen_longer_comes_bac
     assert net.run_until_true(lambda: net.status("n0", "n3") == DEAD, 10.0)
     assert net.run_until_true(net.converged, 15.0)  # thawed: it refutes and rejoins
     assert net.event_kinds("n0", "n3")[-2:] == ["dead", "joined"]
+
+
+def test_runs_are_reproduced_exactly_from_the_seed():
+    def trace(seed: int) -> list:
+        sent = []
+        net = SimNetwork(seed, loss=0.05)
+        net.on_send = lambda now, src, dst, data: sent.append((round(now, 9), src, dst, data))
+        net.add("n0")
+        for i in range(1, 6):
+            net.add(f"n{i}", seeds=["n0"])
+        net.run_for(5.0)
+        net.crash("n4")
+        net.run_for(15.0)
+        return sent
+
+    assert trace(7) == trace(7)
+    assert trace(7) != trace(8)
