@@ -578,7 +578,9 @@ class Swim:
         if m.status == ALIVE:
             return Alive(m.node_id, m.incarnation, m.addr, m.meta)
         if m.status == SUSPECT:
-            return Suspect(m.node_id, m.incarnation, self.node_id)
+            # Name the original accuser: relaying a suspicion is no independent confirmation.
+            s = self._suspicions.get(m.node_id)
+            return Suspect(m.node_id, m.incarnation, s.accuser if s is not None else self.node_id)
         return Dead(m.node_id, m.incarnation, m.node_id if m.status == LEFT else self.node_id)
 
     # ------------------------------------------------------------------ probing

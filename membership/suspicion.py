@@ -28,11 +28,12 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "start", "k", "min_s", "max_s", "_confirmers")
+    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "_confirmers")
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:
         self.incarnation = incarnation
+        self.accuser = accuser
         self.start = start
         self.k = k
         self.min_s = min_s

@@ -456,3 +456,21 @@ def test_runs_are_reproduced_exactly_from_the_seed():
 
     assert trace(7) == trace(7)
     assert trace(7) != trace(8)
+
+
+def test_full_state_relays_a_suspicion_under_its_original_accuser():
+    from membership.messages import PushPull
+
+    net = build_cluster(3, seed=45)
+    net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
+    replies = []
+
+    def record(now, src, dst, data):
+        messages = decode(net.config, data)
+        if src == net.nodes["n0"].addr and any(isinstance(m, PushPull) for m in messages):
+            replies.extend(m for m in messages if isinstance(m, Suspect) and m.node == "n1")
+
+    net.on_send = record
+    net.add("n3", seeds=["n0"])  # n0 answers the join with its full state
+    net.run_for(0.1)
+    assert [m.sender for m in replies] == ["liar"]
