@@ -108,6 +108,8 @@ class MembershipConfig:
     keys: tuple[bytes, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
+        if not 0 < len(self.cluster_name) <= 128 or len(self.cluster_settings) > 200:
+            raise ValueError("cluster_name: 1-128 characters; cluster_settings: at most 200")
         if not 0 < self.probe_timeout_s < self.probe_interval_s:
             raise ValueError("need 0 < probe_timeout_s < probe_interval_s")
         if self.mtu_bytes < 256 or self.mtu_bytes > self.max_receive_bytes:

@@ -82,7 +82,7 @@ from .messages import (
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
-from .wire import Codec, Drop, Envelope, Keyring, ReplayFilter, encode_meta
+from .wire import Codec, Drop, Envelope, Keyring, ReplayFilter, check_outgoing, encode_meta
 
 __all__ = ["Swim"]
 
@@ -141,6 +141,7 @@ class Swim:
                  incarnation: int = 0) -> None:
         meta = meta if meta is not None else Meta()
         self._check_meta(config, meta)
+        check_outgoing(Alive(node_id, incarnation, (advertise[0], int(advertise[1])), meta))
         self.config = config
         self.node_id = node_id
         self.advertise = (advertise[0], int(advertise[1]))
@@ -245,6 +246,7 @@ class Swim:
         if self._leaving:
             raise RuntimeError("this member has left; start a new one to change metadata")
         self._check_meta(self.config, meta)
+        check_outgoing(Alive(self.node_id, self._self.incarnation + 1, self.advertise, meta))
         self._self.meta = meta
         self._bump_incarnation(self._self.incarnation)
 
@@ -347,7 +349,7 @@ class Swim:
             elif isinstance(msg, PushPull) and msg.reply and self._may_reply_push_pull(addr, msg.sync_id, now):
                 reason = (f"cluster settings differ: member {self.node_id!r} has "
                           f"{self.config.cluster_settings!r}, {env.sender!r} has {env.settings!r}; "
-                          "start it with the cluster's settings")
+                          "start it with the cluster's settings")[:512]  # wire limit for texts
                 self._events.append(JoinRefused(addr, reason, now))
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 

@@ -280,6 +280,17 @@ def encode_meta(meta: Meta) -> bytes:
     return msgpack.packb([meta.weight, meta.http, dict(meta.tags)])
 
 
+def check_outgoing(msg: Message) -> None:
+    """Raise ValueError if receivers would reject ``msg`` (too long ids, too many tags, ...)."""
+    try:
+        _from_wire(msgpack.unpackb(msgpack.packb(_to_wire(msg)), raw=False, strict_map_key=True,
+                                   max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0))
+    except (Drop, ValueError):  # msgpack's own limits raise ValueError
+        raise ValueError(
+            f"{msg!r} would be dropped by every receiver: node ids and the cluster name are "
+            f"limited to {_MAX_ID} characters, texts to {_MAX_TEXT}, tags to {_MAX_TAGS}") from None
+
+
 # --- strict decoding -------------------------------------------------------------------------
 
 def _decode_envelope(body: bytes, limit: int) -> Envelope:

@@ -123,3 +123,21 @@ def test_meta_is_immutable_and_hashable():
     import pickle
 
     assert pickle.loads(pickle.dumps(meta)) == meta
+
+
+def test_values_receivers_would_drop_are_refused_up_front():
+    import random
+
+    from membership import Meta, Swim
+
+    cfg = MembershipConfig()
+    ok = dict(rng=random.Random(0), now=0.0)
+    with pytest.raises(ValueError, match="dropped by every receiver"):
+        Swim(cfg, "x" * 200, ("10.0.0.1", 1), **ok)
+    with pytest.raises(ValueError, match="dropped by every receiver"):
+        Swim(cfg, "n1", ("10.0.0.1", 1), meta=Meta(tags={str(i): "" for i in range(65)}), **ok)
+    with pytest.raises(ValueError):
+        MembershipConfig(cluster_name="")
+    core = Swim(cfg, "n1", ("10.0.0.1", 1), **ok)
+    with pytest.raises(ValueError):
+        core.update_meta(Meta(tags={str(i): "" for i in range(65)}), 0.0)
