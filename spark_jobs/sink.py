@@ -1,0 +1,142 @@
+"""A work sink: a node's HTTP API plus ``POST /v1/work``, the endpoint ``spark-route --deliver`` calls.
+
+The delivery contract (what any receiving application implements):
+
+    POST {owner_http}/v1/work
+    X-Placement-Checksum: <checksum of the placement the batch was routed with>
+    {"job": "<run id>", "checksum": "<same>", "items": [{"id": 17, "key": "order-42", "data": {...}}, ...]}
+
+* ``200 {"accepted": n, "duplicates": d}``: the node leads the partition of *every* key in the
+  batch and has taken all of them. The response carries the node's own placement checksum in
+  ``X-Placement-Checksum``; if it differs from the request's the sender refreshes its snapshot
+  for later batches (these items are delivered: the receiver checked ownership itself).
+* ``421 Misdirected Request``: the node does not lead some key (or is leaving); it took *none* of
+  the batch, so the sender refreshes its snapshot and re-routes the whole batch. All-or-nothing
+  keeps the accounting exact: an item is delivered by exactly one 200.
+* Receivers are idempotent on ``(job, id)``: a retry after a lost response, or a Spark task
+  retried after a failure, re-sends items the receiver already has; it counts them as
+  duplicates and does not process them again.
+
+Run one as an example (same flags as ``placement node``)::
+
+    python -m spark_jobs.sink --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import threading
+from collections import Counter
+from typing import Any
+
+from fastapi import FastAPI, Response
+from pydantic import BaseModel, Field
+
+from placement.client import CHECKSUM_HEADER
+from placement.guard import Misdirected
+from placement.http_api import create_app
+from placement.node import Node
+
+WORK_PATH = "/v1/work"
+
+
+class WorkItem(BaseModel):
+    id: int
+    key: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkBatch(BaseModel):
+    job: str = Field(min_length=1, max_length=128)
+    checksum: str = ""
+    items: list[WorkItem]
+
+
+class WorkLog:
+    """What a sink received: item ids per job (for idempotence) and counters. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.received: dict[str, dict[int, str]] = {}  # job -> item id -> key
+        self.duplicates = 0
+        self.batches = 0
+        self.misdirected_batches = 0
+
+    def accept(self, batch: WorkBatch) -> tuple[int, int]:
+        with self._lock:
+            seen = self.received.setdefault(batch.job, {})
+            new = 0
+            for item in batch.items:
+                if item.id not in seen:
+                    seen[item.id] = item.key
+                    new += 1
+            self.batches += 1
+            self.duplicates += len(batch.items) - new
+            return new, len(batch.items) - new
+
+    def misdirected(self) -> None:
+        with self._lock:
+            self.misdirected_batches += 1
+
+    def count(self, job: str) -> int:
+        with self._lock:
+            return len(self.received.get(job, {}))
+
+    def keys(self, job: str) -> Counter:
+        with self._lock:
+            return Counter(self.received.get(job, {}).values())
+
+
+def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs: Any) -> FastAPI:
+    """``create_app(node)`` plus ``POST /v1/work``; received items go to ``log`` (``app.state.work``)."""
+    app = create_app(node, **create_app_kwargs)
+    app.state.work = log = log if log is not None else WorkLog()
+
+    @app.post(WORK_PATH)
+    async def work(batch: WorkBatch, response: Response) -> dict[str, int]:
+        checksum = node.table.checksum
+        for item in batch.items:
+            if not node.owns(item.key):  # not the leader, or leaving: take none of the batch
+                log.misdirected()
+                owner = (node.table.lookup(item.key) or ("",))[0]
+                raise Misdirected(owner, node.snapshot.address(owner), checksum, WORK_PATH)
+        accepted, duplicates = log.accept(batch)
+        response.headers[CHECKSUM_HEADER] = checksum
+        return {"accepted": accepted, "duplicates": duplicates}
+
+    return app
+
+
+async def serve_sink(node: Node, host: str, port: int) -> None:
+    """Serve ``create_sink_app(node)`` until cancelled, then leave the cluster."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(create_sink_app(node), host=host, port=port, log_level="warning",
+                                           lifespan="off"))
+    try:
+        await server.serve()
+    finally:
+        await node.leave()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from placement.node_cli import add_node_arguments, config_from_args
+
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n\n")[0])
+    add_node_arguments(parser)
+    config, (host, port) = config_from_args(parser.parse_args(argv))
+
+    async def run() -> None:
+        node = await Node(config).start()
+        print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
+        await serve_sink(node, host, port)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
