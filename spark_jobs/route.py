@@ -186,10 +186,11 @@ class RouteReport:
     def render(self) -> str:
         lines = [f"{self.mode} job {self.job}: {self.input_items} items, placement {self.checksum[:12]}"]
         lines += [f"  {owner:<16}{count:>10}" for owner, count in sorted(self.per_owner.items())]
-        lines.append(f"  delivered {self.delivered}  failed {self.failed}  batches {self.batches}  retries "
+        done = "delivered" if self.mode == "deliver" else "written"
+        lines.append(f"  {done} {self.delivered}  failed {self.failed}  batches {self.batches}  retries "
                      f"{self.retries}  re-routed {self.rerouted}  snapshot refreshes {self.refreshes}")
         verdict = "OK" if self.accounted else "MISMATCH"
-        lines.append(f"  accounting {verdict}: {self.delivered} delivered + {self.failed} failed = "
+        lines.append(f"  accounting {verdict}: {self.delivered} {done} + {self.failed} failed = "
                      f"{self.delivered + self.failed} of {self.input_items}; missing {self.missing}, "
                      f"duplicated {self.duplicated}")
         lines += [f"  failed: id {f[ITEM_ID]} key {f['key']!r}: {f['error']}" for f in self.failed_items[:10]]
