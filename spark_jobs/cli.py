@@ -101,7 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid = load_grid(args.grid) if args.grid else DEFAULT_GRID
         spark = get_session(args.master, "placement spark-sweep")
         table = run_sweep(spark, grid, args.out, plots=not args.no_plots)
-    except (PlacementError, OSError, ValueError) as exc:
+    except (PlacementError, OSError, ValueError, TypeError) as exc:
         return _fail("spark-sweep", exc)
     errors = table["error"].notna().sum()
     print(f"{len(table)} runs ({errors} failed) -> {args.out}/metrics.parquet, metrics.csv and plots")

@@ -56,6 +56,9 @@ class DeliveryOptions:
     timeout_s: float = 10.0
 
 
+DEFAULT_OPTIONS = DeliveryOptions()
+
+
 @dataclass
 class DeliveryStats:
     batches: int = 0  # POSTs sent
@@ -70,7 +73,7 @@ class Deliverer:
     attempts, reroutes, error)."""
 
     def __init__(self, snapshot: PlacementSnapshot, urls: Sequence[str], job: str,
-                 options: DeliveryOptions = DeliveryOptions(), http: httpx.Client | None = None,
+                 options: DeliveryOptions = DEFAULT_OPTIONS, http: httpx.Client | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.snapshot = snapshot
         self._planned = snapshot.checksum

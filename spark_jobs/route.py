@@ -34,7 +34,14 @@ from placement.errors import NoOwnerError, PlacementError
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 
-from .deliver import DELIVERED, FAILED, Deliverer, DeliveryOptions, Item
+from .deliver import (
+    DEFAULT_OPTIONS,
+    DELIVERED,
+    FAILED,
+    Deliverer,
+    DeliveryOptions,
+    Item,
+)
 
 ITEM_ID, PARTITION, OWNER = "item_id", "partition", "owner"
 FORMATS = ("parquet", "csv", "json")
@@ -234,7 +241,7 @@ def write_by_owner(spark, routed, key_column: str, snapshot: PlacementSnapshot, 
 
 # ----- delivery mode -----------------------------------------------------------------------
 def deliver(spark, routed, key_column: str, snapshot: PlacementSnapshot, urls: Sequence[str],
-            options: DeliveryOptions = DeliveryOptions(), work_dir: str | None = None,
+            options: DeliveryOptions = DEFAULT_OPTIONS, work_dir: str | None = None,
             tasks: int | None = None) -> RouteReport:
     """POST every owner's items to it (see ``spark_jobs.sink`` for the contract); account for all."""
     from pyspark.sql import types as T
@@ -270,8 +277,8 @@ def deliver(spark, routed, key_column: str, snapshot: PlacementSnapshot, urls: S
         finally:
             deliverer.close()
         s = deliverer.stats
-        for name in stats:
-            stats[name].add(getattr(s, name))
+        for name, accumulator in stats.items():
+            accumulator.add(getattr(s, name))
         yield pd.DataFrame(s.outcomes, columns=schema.fieldNames()).astype({"attempts": "int32", "reroutes": "int32"})
 
     work_dir = work_dir or tempfile.mkdtemp(prefix="spark-route-")

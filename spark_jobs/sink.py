@@ -121,6 +121,75 @@ async def serve_sink(node: Node, host: str, port: int) -> None:
         await node.leave()
 
 
+class LocalSinkCluster:
+    """``n`` in-process nodes on loopback, each serving ``create_sink_app``, on one event loop in
+    a background thread: for tests, benchmarks and demos (Spark's Python workers are separate
+    processes and reach them over HTTP like any remote node)."""
+
+    def __init__(self, n: int, partitions: int = 256, membership=None) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="sink-cluster", daemon=True)
+        self.thread.start()
+        self.nodes: list[Node] = []
+        self.apps: list[FastAPI] = []
+        self.servers: list[Any] = []
+        self.urls: list[str] = []
+        self.call(self._start(n, partitions, membership))
+
+    def call(self, coro, timeout_s: float = 30.0):
+        """Run ``coro`` on the cluster's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    async def _start(self, n: int, partitions: int, membership) -> None:
+        import socket
+
+        import uvicorn
+
+        from placement.node import NodeConfig
+
+        extra = {"membership": membership} if membership is not None else {}
+        for i in range(n):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            join = (self.nodes[0].member.bound,) if self.nodes else ()
+            node = await Node(NodeConfig(f"n{i + 1}", gossip_bind=("127.0.0.1", 0), join=join, partitions=partitions,
+                                         settle_s=0.0, http_advertise=url, **extra)).start()
+            app = create_sink_app(node)
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+            self.loop.create_task(server.serve(sockets=[sock]))
+            self.nodes.append(node)
+            self.apps.append(app)
+            self.servers.append(server)
+            self.urls.append(url)
+        await self.converged(n)
+
+    async def converged(self, n: int, nodes: list[Node] | None = None, timeout_s: float = 15.0) -> None:
+        """Wait until ``nodes`` (default all) see ``n`` members, agree, and every server listens."""
+        nodes = nodes or self.nodes
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not (all(len(x.table.members) == n for x in nodes) and len({x.table.checksum for x in nodes}) == 1
+                   and all(s.started for s in self.servers)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"sink cluster did not converge to {n} members in {timeout_s} s")
+            await asyncio.sleep(0.02)
+
+    def received(self, job: str) -> dict[str, int]:
+        """Distinct items each node took for ``job``."""
+        return {node.node_id: app.state.work.count(job) for node, app in zip(self.nodes, self.apps)}
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for server in self.servers:
+                server.should_exit = True
+            for node in self.nodes:
+                await node.leave(timeout_s=0.5)
+
+        self.call(stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
 def main(argv: list[str] | None = None) -> int:
     from placement.node_cli import add_node_arguments, config_from_args
 

@@ -55,7 +55,7 @@ def load_grid(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         grid = json.load(fh)
     if not isinstance(grid, dict):
-        raise ValueError(f"{path}: a grid is a JSON object of axis -> value or list of values")
+        raise TypeError(f"{path}: a grid is a JSON object of axis -> value or list of values")
     return grid
 
 

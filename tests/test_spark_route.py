@@ -1,19 +1,14 @@
 """The routing job on Spark: owners equal the library's, delivery to a real 3-node cluster is exact,
 and a node leaving between planning and delivery loses and duplicates nothing (421 -> re-route)."""
 
-import asyncio
 import json
-import socket
-import threading
-import time
 
 import pytest
 
 from membership import MembershipConfig
-from placement.node import Node, NodeConfig
 from spark_jobs import route
 from spark_jobs.deliver import DeliveryOptions
-from spark_jobs.sink import create_sink_app
+from spark_jobs.sink import LocalSinkCluster
 
 pytestmark = pytest.mark.slow
 
@@ -22,64 +17,9 @@ FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interv
 P = 256
 
 
-class SinkCluster:
-    """In-process Nodes, each serving a sink app with uvicorn on a loopback port, on one event loop
-    in a background thread (Spark's Python workers are other processes and reach them over HTTP)."""
-
-    def __init__(self, n):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.nodes, self.apps, self.servers, self.urls = [], [], [], []
-        self.call(self._start(n))
-
-    def call(self, coro, timeout_s=30):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    async def _start(self, n):
-        import uvicorn
-
-        for i in range(n):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-            join = (self.nodes[0].member.bound,) if self.nodes else ()
-            node = await Node(NodeConfig(f"n{i + 1}", gossip_bind=("127.0.0.1", 0), join=join, partitions=P,
-                                         settle_s=0.0, membership=FAST, http_advertise=url)).start()
-            app = create_sink_app(node)
-            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-            self.loop.create_task(server.serve(sockets=[sock]))
-            self.nodes.append(node)
-            self.apps.append(app)
-            self.servers.append(server)
-            self.urls.append(url)
-        await self.converged(n)
-
-    async def converged(self, n, nodes=None, timeout_s=15):
-        nodes = nodes or self.nodes
-        deadline = time.monotonic() + timeout_s
-        while not (all(len(x.table.members) == n for x in nodes) and len({x.table.checksum for x in nodes}) == 1
-                   and all(s.started for s in self.servers)):
-            assert time.monotonic() < deadline, "cluster did not converge"
-            await asyncio.sleep(0.02)
-
-    def received(self, job):
-        return {n.node_id: app.state.work.count(job) for n, app in zip(self.nodes, self.apps)}
-
-    def close(self):
-        async def stop():
-            for server in self.servers:
-                server.should_exit = True
-            for node in self.nodes:
-                await node.leave(timeout_s=0.5)
-        self.call(stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
 @pytest.fixture
 def cluster():
-    c = SinkCluster(3)
+    c = LocalSinkCluster(3, partitions=P, membership=FAST)
     yield c
     c.close()
 

@@ -1,0 +1,88 @@
+"""Spark jobs: owner assignment vs a plain hash repartition, and delivery throughput to local sinks.
+
+    .venv/bin/python benchmarks/bench_spark.py [--items 1000000] [--deliver-items 100000] [--master local[2]]
+
+1. The same N items (Parquet, read by both) are shuffled into the same number of partitions
+   (a) by Spark's own hash of the key (``repartition(n, "key")``) and (b) by owner after
+   ``assign_owners`` (``mapInPandas`` over Arrow batches) - each forced with the ``noop``
+   sink, best of ``--repeat`` alternating runs, in one session. Goal: (b) <= 1.3x (a).
+2. ``deliver`` of M items to a 3-node in-process sink cluster (batches of 500): items/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+from spark_jobs import route
+from spark_jobs.deliver import DeliveryOptions
+from spark_jobs.session import get_session
+from spark_jobs.sink import LocalSinkCluster
+
+PARTITIONS = 1024
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--items", type=int, default=1_000_000)
+    ap.add_argument("--deliver-items", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--shuffle", type=int, default=8, help="shuffle partitions for both variants")
+    args = ap.parse_args()
+
+    spark = get_session(args.master, "bench_spark", conf={"spark.ui.enabled": "false",
+                                                          "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    tmp = tempfile.mkdtemp(prefix="bench-spark-")
+    path = f"{tmp}/items.parquet"
+    route.write_sample(spark, path, args.items)
+    df = route.read_items(spark, path)
+
+    cluster = LocalSinkCluster(3, partitions=PARTITIONS)
+    try:
+        snapshot = route.fetch_snapshot(cluster.urls)
+
+        def plain():
+            df.repartition(args.shuffle, "key").write.format("noop").mode("overwrite").save()
+
+        def owners():
+            routed = route.assign_owners(spark, df, "key", snapshot, with_ids=False)
+            routed.repartition(args.shuffle, route.OWNER).write.format("noop").mode("overwrite").save()
+
+        plain(), owners()  # warm-up: JIT, Python workers, file listing
+        runs = {"plain": [], "owners": []}
+        for _ in range(args.repeat):
+            runs["plain"].append(timed(plain))
+            runs["owners"].append(timed(owners))
+        best = {k: min(v) for k, v in runs.items()}
+        print(f"{args.items} items, {args.master}, {args.shuffle} shuffle partitions, {PARTITIONS} placement partitions")
+        for k, v in runs.items():
+            print(f"  {k:<7} best {best[k]:.2f} s  median {statistics.median(v):.2f} s  runs {[round(x, 2) for x in v]}")
+        print(f"  owner assignment / plain repartition: {best['owners'] / best['plain']:.2f}x (goal <= 1.3x)")
+
+        small = route.read_items(spark, path).limit(args.deliver_items)
+        routed = route.assign_owners(spark, small, "key", snapshot)
+        t = time.perf_counter()
+        report = route.deliver(spark, routed, "key", snapshot, cluster.urls, DeliveryOptions(batch_size=500),
+                               work_dir=f"{tmp}/deliver")
+        elapsed = time.perf_counter() - t
+        received = sum(cluster.received(report.job).values())
+        print(f"deliver {report.input_items} items to 3 local sinks: {elapsed:.1f} s incl. accounting "
+              f"({report.input_items / elapsed:,.0f} items/s), {report.batches} batches, "
+              f"accounted={report.accounted}, sinks received {received}")
+    finally:
+        cluster.close()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
