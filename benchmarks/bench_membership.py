@@ -78,19 +78,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-lifeguard", action="store_true")
     ap.add_argument("--udp", action="store_true")
+    ap.add_argument("--probe-interval-s", type=float, default=MembershipConfig.probe_interval_s)
+    ap.add_argument("--probe-timeout-s", type=float, default=MembershipConfig.probe_timeout_s)
     args = ap.parse_args()
     if args.udp:
         asyncio.run(udp_cpu(args.n))
         return
     wall = time.perf_counter()
-    cfg = MembershipConfig(lifeguard=not args.no_lifeguard)
+    cfg = MembershipConfig(lifeguard=not args.no_lifeguard, probe_interval_s=args.probe_interval_s,
+                           probe_timeout_s=args.probe_timeout_s)
     rng = random.Random(args.seed)
     net = SimNetwork(args.seed, config=cfg)
     net.add("n0")
     for i in range(1, args.n):
         net.add(f"n{i}", seeds=["n0"])
     assert net.run_until_true(net.converged, 60.0), "no convergence"
-    print(f"N={args.n} lifeguard={cfg.lifeguard}: converged after {net.now:.2f} s simulated")
+    print(f"N={args.n} lifeguard={cfg.lifeguard} probe {cfg.probe_interval_s}/{cfg.probe_timeout_s} s: converged after {net.now:.2f} s simulated")
     net.run_for(30.0)  # let the join gossip die down
 
     d0, t0 = net.datagrams, net.now
