@@ -154,6 +154,12 @@ class Swim:
         self._rng = rng
         self._self = _Member(node_id, self.advertise, meta, incarnation, ALIVE, now)
         self._members: dict[str, _Member] = {node_id: self._self}
+        # Indexes kept in step with member statuses by _add_member/_set_status, so per-datagram
+        # work does not scan the whole view: live (alive or suspect) members other than us, in
+        # a list for O(1) random sampling, and the time each dead member was declared dead.
+        self._live_peers: list[str] = []
+        self._live_pos: dict[str, int] = {}
+        self._dead_since: dict[str, float] = {}
         self._awareness = Awareness(config.awareness_max_multiplier, enabled=config.lifeguard)
         self.keyring = Keyring(config.keys)
         self._codec = Codec(cluster=config.cluster_name, settings=config.cluster_settings,
@@ -226,8 +232,7 @@ class Swim:
         if not self._leaving:
             return False
         sent = self._queue.transmits(self.node_id)
-        peers = sum(1 for m in self._members.values() if m is not self._self and m.status in LIVE_STATUSES)
-        return sent is None or sent >= min(self.config.gossip_fanout, peers)
+        return sent is None or sent >= min(self.config.gossip_fanout, len(self._live_peers))
 
     # ------------------------------------------------------------------ public API: driving
 
@@ -242,9 +247,7 @@ class Swim:
             return
         self._leaving = True
         self._probe = None
-        self._self.status = LEFT
-        self._self.since = now
-        self._checksum = None
+        self._set_status(self._self, LEFT, now)
         self._broadcast(Dead(self.node_id, self._self.incarnation, self.node_id))
 
     def update_meta(self, meta: Meta, now: float) -> None:
@@ -453,6 +456,7 @@ class Swim:
         if m is None:
             m = _Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             self._members[msg.node] = m
+            self._index_live(msg.node)
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
             self._broadcast(msg)
@@ -463,18 +467,17 @@ class Swim:
         changed = (msg.addr, msg.meta) != (m.addr, m.meta)
         m.incarnation, m.addr, m.meta = msg.incarnation, msg.addr, msg.meta
         self._suspicions.pop(msg.node, None)
-        m.status = ALIVE
+        if old_status != ALIVE:
+            self._set_status(m, ALIVE, now)
+        self._checksum = None
         if old_status in (DEAD, LEFT):
-            m.since = now
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
         else:
             if old_status == SUSPECT:
-                m.since = now
                 self._set_changed(m, "alive", now)
             if changed:
                 self._set_changed(m, "updated", now)
-        self._checksum = None
         self._broadcast(msg)
 
     def _on_suspect(self, msg: Suspect, now: float) -> None:
@@ -519,14 +522,12 @@ class Swim:
             return
         self._suspicions.pop(msg.node, None)
         m.incarnation = msg.incarnation
-        m.status = LEFT if leaving else DEAD
-        m.since = now
-        self._checksum = None
+        self._set_status(m, LEFT if leaving else DEAD, now)
         self._set_changed(m, m.status, now)
         self._broadcast(msg)
 
     def _start_suspicion(self, m: _Member, incarnation: int, accuser: str, now: float) -> None:
-        n = sum(1 for x in self._members.values() if x.status in LIVE_STATUSES)
+        n = self._live_count()
         cfg = self.config
         min_s = cfg.suspicion_min_s(n)
         if cfg.lifeguard:
@@ -537,9 +538,10 @@ class Swim:
         else:
             k, max_s = 0, min_s  # plain SWIM: one fixed suspicion timeout
         was_alive = m.status == ALIVE
-        m.status = SUSPECT
         m.incarnation = incarnation
         self._checksum = None
+        if was_alive:
+            self._set_status(m, SUSPECT, now)
         self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
                                                 start=now, k=k, min_s=min_s, max_s=max_s)
         self.stats["suspicions"] += 1
@@ -549,7 +551,6 @@ class Swim:
             self._probe_order.insert(self._probe_index, m.node_id)
             self.stats["suspect_reprobes"] += 1
         if was_alive:
-            m.since = now
             self._set_changed(m, "suspect", now)
 
     def _suspicion_expired(self, node_id: str, now: float) -> None:
@@ -578,6 +579,46 @@ class Swim:
     def _set_changed(self, m: _Member, kind: str, now: float) -> None:
         self._checksum = None
         self._events.append(MemberEvent(kind, m.info(), now))
+
+    def _set_status(self, m: _Member, status: str, now: float) -> None:
+        """The one place a member's status changes (keeps the indexes in step)."""
+        was_live = m.status in LIVE_STATUSES
+        m.status = status
+        m.since = now
+        self._checksum = None
+        if m is self._self:
+            return
+        if status == DEAD:
+            self._dead_since[m.node_id] = now
+        else:
+            self._dead_since.pop(m.node_id, None)
+        if status in LIVE_STATUSES and not was_live:
+            self._index_live(m.node_id)
+        elif was_live and status not in LIVE_STATUSES:
+            # swap-remove from the sampling list
+            pos = self._live_pos.pop(m.node_id)
+            last = self._live_peers.pop()
+            if last != m.node_id:
+                self._live_peers[pos] = last
+                self._live_pos[last] = pos
+
+    def _index_live(self, node_id: str) -> None:
+        self._live_pos[node_id] = len(self._live_peers)
+        self._live_peers.append(node_id)
+
+    def _live_count(self) -> int:
+        """Live members, us included (N in the SWIM/Lifeguard formulas)."""
+        return len(self._live_peers) + (self._self.status in LIVE_STATUSES)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the internal indexes disagree with the view (for simulators
+        and tests that check invariants after every step)."""
+        live = {k for k, m in self._members.items() if m is not self._self and m.status in LIVE_STATUSES}
+        assert set(self._live_peers) == live and len(self._live_peers) == len(live), "live index"
+        assert all(self._live_peers[i] == k for k, i in self._live_pos.items()), "live positions"
+        assert set(self._dead_since) == {k for k, m in self._members.items() if m.status == DEAD}, "dead index"
+        assert set(self._suspicions) <= {k for k, m in self._members.items() if m.status == SUSPECT}, "suspicions"
+        assert self._self.status in (ALIVE, LEFT), "self status"
 
     def _broadcast(self, msg: Alive | Suspect | Dead) -> None:
         self._queue.push(msg.node, self._codec.encode_message(msg))
@@ -611,8 +652,7 @@ class Swim:
                 if m is not None and m.status in LIVE_STATUSES:
                     return m
             # End of a round: reshuffle the live members (SWIM 4.3 randomised round-robin).
-            self._probe_order = [k for k, m in self._members.items()
-                                 if m is not self._self and m.status in LIVE_STATUSES]
+            self._probe_order = list(self._live_peers)
             self._rng.shuffle(self._probe_order)
             self._probe_index = 0
         return None
@@ -680,15 +720,14 @@ class Swim:
         self._outbox.append((datagram, addr))
 
     def _retransmit_limit(self) -> int:
-        n = sum(1 for m in self._members.values() if m.status in LIVE_STATUSES)
-        return self.config.retransmit_limit(n)
+        return self.config.retransmit_limit(self._live_count())
 
     def _gossip(self, now: float) -> None:
         self._next_gossip_at = now + self.config.gossip_interval_s
         horizon = now - self.config.gossip_to_dead_s
-        peers = [m for m in self._members.values() if m is not self._self and (
-            m.status in LIVE_STATUSES or (m.status == DEAD and m.since >= horizon))]
-        for peer in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
+        peers = self._live_peers + [k for k, since in self._dead_since.items() if since >= horizon]
+        for peer_id in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
+            peer = self._members[peer_id]
             blobs = self._queue.take(self._codec.capacity(), self._codec.message_cost,
                                      self._retransmit_limit())
             if not blobs:
@@ -727,8 +766,7 @@ class Swim:
         return True
 
     def _join_seeds(self, now: float) -> None:
-        alone = not any(m is not self._self and m.status in LIVE_STATUSES for m in self._members.values())
-        if not self._seeds or not alone or self._leaving:
+        if not self._seeds or self._live_peers or self._leaving:
             self._next_join_at = None
             return
         for seed in self._seeds:
@@ -742,10 +780,10 @@ class Swim:
         for node_id in [k for k, m in self._members.items()
                         if m.status in (DEAD, LEFT) and m.since < horizon]:
             del self._members[node_id]
-        dead = [m for m in self._members.values() if m.status == DEAD]
-        if dead:
+            self._dead_since.pop(node_id, None)
+        if self._dead_since:
             # A single ping (not the full state) to one dead member; an ack triggers push-pull.
-            target = self._rng.choice(dead)
+            target = self._members[self._rng.choice(list(self._dead_since))]
             self._dead_ping_seq = self._next_seq()
             self.stats["dead_retries"] += 1
             self._send(target.addr, [self._codec.encode_message(

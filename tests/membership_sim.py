@@ -28,7 +28,8 @@ class SimNode:
 
 class SimNetwork:
     def __init__(self, seed: int = 0, *, latency_s: float = 0.001, jitter_s: float = 0.0005,
-                 loss: float = 0.0, config: MembershipConfig | None = None) -> None:
+                 loss: float = 0.0, config: MembershipConfig | None = None,
+                 check_invariants: bool = False) -> None:
         self.now = 0.0
         self.seed = seed
         self.rng = random.Random(seed)
@@ -36,6 +37,8 @@ class SimNetwork:
         self.jitter_s = jitter_s
         self.loss = loss
         self.config = config or MembershipConfig()
+        #: Call ``core.check_invariants()`` after every step of a core (O(N) each: small runs).
+        self.check_invariants = check_invariants
         self.nodes: dict[str, SimNode] = {}
         self.by_addr: dict[Addr, SimNode] = {}
         self.blocked: set[tuple[Addr, Addr]] = set()
@@ -172,6 +175,8 @@ class SimNetwork:
                 delay += self.slow.get(receiver.node_id, 0.0)
             heapq.heappush(self._heap, (self.now + delay, next(self._counter), "dgram", (data, node.addr, dst)))
         node.events.extend(node.core.events())
+        if self.check_invariants:
+            node.core.check_invariants()
         t = node.core.get_timer()
         if t is not None:
             t = max(t, self.now)
@@ -201,7 +206,9 @@ class SimNetwork:
 
 def build_cluster(n: int, seed: int = 0, config: MembershipConfig | None = None,
                   settle_s: float = 10.0, **net_kwargs) -> SimNetwork:
-    """n nodes 'n0'..'n{n-1}', each joining through n0, then run until converged."""
+    """n nodes 'n0'..'n{n-1}', each joining through n0, then run until converged; the cores'
+    invariants are checked after every step unless ``check_invariants=False``."""
+    net_kwargs.setdefault("check_invariants", True)
     net = SimNetwork(seed, config=config, **net_kwargs)
     net.add("n0")
     for i in range(1, n):
