@@ -3,7 +3,7 @@
 Layout (one concern per module, as in hashicorp/memberlist; sans-I/O as in aioquic/h11):
 
 ``config.MembershipConfig``  every knob, with units and LAN defaults
-``messages``                 ``Meta``, ``MemberInfo``, wire messages, ``MemberEvent``/``JoinRefused``
+``messages``                 ``Meta``, ``MemberInfo``, wire messages, events
 ``wire``                     datagram codec (msgpack, versioned, strict), ``Keyring`` (AES-GCM)
 ``core.Swim``                the protocol state machine (theory of operation in its docstring)
 ``suspicion``/``awareness``  Lifeguard suspicion timer and local health awareness
@@ -19,7 +19,7 @@ drive it the same way)::
     core.receive_datagram(data, addr, now)         # never raises; bad input dropped + counted
     core.handle_timer(now)                         # run work that is due
     core.datagrams_to_send() -> [(bytes, addr)]    # drain the outbox (each <= mtu_bytes)
-    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused
+    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused | DeclaredDead
     core.get_timer() -> float | None               # when to call handle_timer next
     core.members() / core.live_members()           # MemberInfo; live = alive + suspect
     core.member(node_id) -> MemberInfo | None; core.incarnation; core.meta
@@ -28,6 +28,9 @@ drive it the same way)::
     core.report_loop_lag(lag_s, now); core.local_health   # Lifeguard awareness score
     core.stats                                     # Counter: probes_sent, dropped_<reason>, ...
     core.keyring.install(key) / .use(key) / .remove(key)  # key rotation
+
+``DeclaredDead(incarnation, at)``: another member declared *this* one dead (the core refutes at
+once); whatever this member owned may already have been given to others.
 
 Placement must own partitions from ``live_members()`` (alive *and* suspect): suspicion is the
 protocol's way of giving a slow member time, not a verdict.
@@ -42,12 +45,12 @@ process should stop on the first one.
 from .config import MembershipConfig
 from .core import Swim
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, Event, JoinRefused, MemberEvent,
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, JoinRefused, MemberEvent,
     MemberInfo, Meta,
 )
 from .wire import PROTOCOL_VERSION, Keyring
 
 __all__ = [
-    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "Event",
+    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "DeclaredDead", "Event",
     "Addr", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES", "Keyring", "PROTOCOL_VERSION",
 ]

@@ -83,7 +83,7 @@ from typing import Iterable, Iterator, Sequence
 from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, Event, JoinRefused,
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, JoinRefused,
     MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 from .queue import BroadcastQueue
@@ -515,6 +515,8 @@ class Swim:
             return
         if msg.node == self.node_id:
             if msg.incarnation >= self._self.incarnation:
+                if not leaving and not self._leaving:  # an old leave of ours is no accusation
+                    self._events.append(DeclaredDead(msg.incarnation, now))
                 self._refute(msg.incarnation)
             return
         m = self._members.get(msg.node)

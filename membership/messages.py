@@ -171,4 +171,17 @@ class JoinRefused:
     at: float
 
 
-Event = Union[MemberEvent, JoinRefused]
+@dataclass(frozen=True)
+class DeclaredDead:
+    """Another member declared *this* member dead at ``incarnation``; the core has refuted.
+
+    By now other members may have given away what this member owned, so an application must
+    stop owning things at once (the placement node releases every partition and waits a
+    hold-down before it takes any back).
+    """
+
+    incarnation: int
+    at: float
+
+
+Event = Union[MemberEvent, JoinRefused, DeclaredDead]

@@ -13,6 +13,10 @@ Ownership rules:
 * A node that joins through seeds owns nothing until it has heard from the cluster: alone,
   its own view would give it every partition, and it would process them twice with their
   real owners.
+* A node that learns the cluster declared it dead (it was frozen, or cut off) releases every
+  partition at once - the others have already given them away - and takes none back for
+  ``rejoin_holddown_s`` after refuting, so the others see it alive again first. The hold-down
+  also damps a node that flaps because it is too slow to answer in time.
 * A change is delivered as one ``OwnershipChange``: callbacks get ``released`` before
   ``acquired``. On a graceful leave the node releases everything *before* it announces that it
   leaves, so the new owners acquire after the old one released.
@@ -35,7 +39,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from membership import JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
+from membership import DeclaredDead, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
 from membership.aio import Member, start_member
 
 from .errors import InvalidConfigError, PlacementError
@@ -74,6 +78,9 @@ class NodeConfig:
     keys: tuple[bytes, ...] = field(default=(), repr=False)
     admin_token: str | None = field(default=None, repr=False)
     settle_s: float = 1.0  # ready once joined and the view has not changed for this long
+    # After being declared dead: own nothing this long after refuting (several times the p99
+    # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).
+    rejoin_holddown_s: float = 3.0
     membership: MembershipConfig = field(default_factory=MembershipConfig)
 
     def __post_init__(self) -> None:
@@ -137,6 +144,8 @@ class Node:
         self._has_peer = False
         self._leaving = False
         self._owned_table: PlacementTable | None = None  # the table ownership was last published for
+        self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
+        self.declared_dead_count = 0
         self.placement_changes = 0
 
     # ----- lifecycle --------------------------------------------------------------------
@@ -186,6 +195,8 @@ class Node:
         self._end_streams()
 
     def _end_streams(self) -> None:
+        if self._holddown is not None:
+            self._holddown.cancel()
         for q in self._queues:
             q.put_nowait(None)
 
@@ -239,7 +250,7 @@ class Node:
         return led_by(self.table, self.node_id) if self._owning() else frozenset()
 
     def _owning(self) -> bool:
-        return self.joined and not self._leaving
+        return self.joined and not self._leaving and self._holddown is None
 
     def leader(self, name: str) -> str:
         """The top-ranked live member for ``name`` (the leader of its partition): every node
@@ -309,6 +320,9 @@ class Node:
                     f"(this node: {self.config.cluster_settings()})"
                 )
                 continue
+            if isinstance(event, DeclaredDead):
+                self._declared_dead()
+                continue
             if isinstance(event, MemberEvent) and event.member.node_id != self.node_id:
                 self._has_peer = True
             self._last_view_change = time.monotonic()
@@ -327,11 +341,30 @@ class Node:
         self._snapshot = snapshot
         if old is not None and table.checksum != old.checksum:
             self.placement_changes += 1
-        if self._owning():
-            self._publish(diff(self._owned_table, table, self.node_id))
-            self._owned_table = table
+        self._sync_ownership()
         self._changed.set()
         self._changed = asyncio.Event()
+        self._check_leaderships()
+
+    def _sync_ownership(self) -> None:
+        """Publish what changed since ownership was last published (if this node may own)."""
+        if self._owning():
+            self._publish(diff(self._owned_table, self.table, self.node_id))
+            self._owned_table = self.table
+
+    def _declared_dead(self) -> None:
+        self.declared_dead_count += 1
+        if self._holddown is not None:
+            self._holddown.cancel()
+        elif not self._leaving:
+            self._publish(diff(self._owned_table, None, self.node_id))
+            self._owned_table = None
+        self._holddown = asyncio.get_running_loop().call_later(self.config.rejoin_holddown_s, self._end_holddown)
+        self._check_leaderships()
+
+    def _end_holddown(self) -> None:
+        self._holddown = None
+        self._sync_ownership()
         self._check_leaderships()
 
     def _check_leaderships(self) -> None:

@@ -474,3 +474,16 @@ def test_full_state_relays_a_suspicion_under_its_original_accuser():
     net.add("n3", seeds=["n0"])  # n0 answers the join with its full state
     net.run_for(0.1)
     assert [m.sender for m in replies] == ["liar"]
+
+
+def test_hearing_itself_declared_dead_emits_declared_dead_and_refutes():
+    from membership import DeclaredDead
+    from membership.messages import Dead
+
+    cfg = MembershipConfig()
+    core = Swim(cfg, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0, incarnation=5)
+    core.receive_datagram(forge(cfg, "a", [Dead("me", 4, "a")]), ("10.0.0.9", 9), 0.1)  # stale: ignored
+    assert not [e for e in core.events() if isinstance(e, DeclaredDead)] and core.incarnation == 5
+    core.receive_datagram(forge(cfg, "a", [Dead("me", 5, "a")], seq=2), ("10.0.0.9", 9), 0.2)
+    assert [e for e in core.events() if isinstance(e, DeclaredDead)] == [DeclaredDead(5, 0.2)]
+    assert core.incarnation == 6 and core.stats["refutations"] == 1

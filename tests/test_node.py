@@ -185,3 +185,31 @@ def test_async_client_routes_locally_and_retries_once_after_421():
             await n.leave()
 
     asyncio.run(main())
+
+
+def test_node_declared_dead_releases_everything_then_reacquires_after_holddown():
+    from membership.messages import Dead
+    from membership_sim import forge
+
+    async def main():
+        log = []
+        n1 = await Node(config("n1")).start()
+        n2 = await Node(config("n2", join=[n1.member.bound], rejoin_holddown_s=0.3)).start()
+        n2.on_ownership(acquired=lambda p: log.append(("acquired", p)), released=lambda p: log.append(("released", p)))
+        await eventually(lambda: agree([n1, n2]) and len(n1.table.members) == 2)
+        held = n2.owned_partitions()
+        assert held and log == [("acquired", p) for p in sorted(held)]
+        log.clear()
+        cfg = n2.config.membership_config()
+        lie = forge(cfg, "zz", [Dead("n2", n2.member.core.incarnation, "zz")])
+        n2.member.datagram_received(lie, ("127.0.0.1", 9))
+        await eventually(lambda: n2.declared_dead_count == 1, what="DeclaredDead handled")
+        assert n2.owned_partitions() == frozenset() and not n2.owns("anything")
+        assert sorted(log) == [("released", p) for p in sorted(held)]
+        await eventually(lambda: n2.owned_partitions() == held, 5, what="re-acquired after the hold-down")
+        assert sorted(log)[len(held):] == [("released", p) for p in sorted(held)]
+        assert [e for e in log if e[0] == "acquired"] == [("acquired", p) for p in sorted(held)]
+        for n in (n2, n1):
+            await n.leave()
+
+    asyncio.run(main())
