@@ -63,8 +63,9 @@ def test_cluster_converges_and_owns_every_partition_once():
 def test_joining_node_owns_nothing_until_it_hears_from_the_cluster():
     async def main():
         lonely = await Node(config("n9", join=[("127.0.0.1", 9)])).start()  # nobody there
-        await asyncio.sleep(0)  # let the pump run once
+        await eventually(lambda: lonely.member.core.stats["join_attempts"] >= 3, what="join retried")
         assert lonely.owned_partitions() == frozenset() and not lonely.owns("k") and not lonely.ready
+        assert len(lonely.table.members) == 1  # its own view alone would have given it everything
         lonely.close()
 
     asyncio.run(main())
@@ -102,7 +103,7 @@ def test_leadership_runs_only_on_the_leader_and_moves_on_leave():
         async def lead():
             async with leader.leadership(name):
                 started.set()
-                await asyncio.sleep(3600)
+                await asyncio.Event().wait()  # the leader's work: runs until leadership moves
 
         task = asyncio.create_task(lead())
         await asyncio.wait_for(started.wait(), 5)
