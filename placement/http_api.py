@@ -183,7 +183,10 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
 
     @app.exception_handler(StarletteHTTPException)
     async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
-        title = HTTPStatus(exc.status_code).phrase if exc.status_code in HTTPStatus._value2member_map_ else "Error"
+        try:
+            title = HTTPStatus(exc.status_code).phrase
+        except ValueError:  # a status code the standard library does not name
+            title = "Error"
         return problem(exc.status_code, title, str(exc.detail), exc.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -143,7 +143,7 @@ class Node:
         self._last_view_change = 0.0
         self._has_peer = False
         self._leaving = False
-        self._owned_table: PlacementTable | None = None  # the table ownership was last published for
+        self._owned_table: PlacementTable | None = None  # what ownership was last published for; None: owns nothing
         self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
         self.declared_dead_count = 0
         self.placement_changes = 0
@@ -175,6 +175,7 @@ class Node:
             return
         self._leaving = True
         self._publish(diff(self._owned_table, None, self.config.node_id))
+        self._owned_table = None
         self._check_leaderships()
         await self._member.leave(timeout_s)
         await self._stop()
@@ -246,8 +247,9 @@ class Node:
         return self._owning() and bool(owners) and owners[0] == self.node_id
 
     def owned_partitions(self) -> frozenset[int]:
-        """Partitions this node leads (none before it joined or once it is leaving)."""
-        return led_by(self.table, self.node_id) if self._owning() else frozenset()
+        """Partitions this node leads, as last published (none before it joined, while held
+        down after being declared dead, or once it is leaving)."""
+        return led_by(self._owned_table, self.node_id)
 
     def _owning(self) -> bool:
         return self.joined and not self._leaving and self._holddown is None
@@ -356,9 +358,8 @@ class Node:
         self.declared_dead_count += 1
         if self._holddown is not None:
             self._holddown.cancel()
-        elif not self._leaving:
-            self._publish(diff(self._owned_table, None, self.node_id))
-            self._owned_table = None
+        self._publish(diff(self._owned_table, None, self.node_id))  # a no-op if nothing is owned
+        self._owned_table = None
         self._holddown = asyncio.get_running_loop().call_later(self.config.rejoin_holddown_s, self._end_holddown)
         self._check_leaderships()
 

@@ -67,10 +67,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> tuple[NodeConfig, tuple[str, int]]:
     join = tuple(parse_addr(j) if isinstance(j, str) else j for j in args.join)
     tags = dict(parse_tag(t) if isinstance(t, str) else t for t in args.tag)
-    gossip = parse_addr(args.gossip) if isinstance(args.gossip, str) else args.gossip
-    http = parse_addr(args.http) if isinstance(args.http, str) else args.http
-    advertise = args.gossip_advertise
-    advertise = parse_addr(advertise) if isinstance(advertise, str) else advertise
+    # argparse applies ``type`` to string defaults (the PLACEMENT_* values) but not to the
+    # items of a list default, hence the parsing of join and tag entries above.
+    gossip, http, advertise = args.gossip, args.http, args.gossip_advertise
     http_host = advertise[0] if advertise else http[0]
     config = NodeConfig(
         node_id=args.id, gossip_bind=gossip, gossip_advertise=advertise,

@@ -256,8 +256,7 @@ class PlacementTable:
 
     def _id_matrix(self) -> np.ndarray:
         """Owners as an array of ids (object dtype) so tables with different members compare."""
-        ids = np.array(self._members.ids + ("",), dtype=object)
-        return ids[self._owner_idx]
+        return np.array(self._members.ids, dtype=object)[self._owner_idx]
 
     def __eq__(self, other: object) -> bool:
         return (
