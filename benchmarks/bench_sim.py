@@ -51,7 +51,8 @@ def main() -> int:
         with open(os.path.join(args.out, f"{key}.json"), "w", encoding="utf-8") as fh:
             json.dump(r, fh, indent=1)
         print(key, json.dumps({k: r[k] for k in (
-            "detection_s", "false_deaths", "false_death_members", "false_suspicions", "healthy_moves",
+            "detection_s", "false_deaths", "false_death_members", "healthy_false_deaths", "false_suspicions",
+            "healthy_moves",
             "convergence_s", "dual_ownership_partition_s", "datagrams_per_member_s", "wall_s",
             "simulated_s")}), flush=True)
         heal = [e for e in r["events"] if e["kind"] == "heal"]

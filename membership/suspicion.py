@@ -28,7 +28,7 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "_confirmers")
+    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before", "_confirmers")
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:
@@ -38,6 +38,8 @@ class Suspicion:
         self.k = k
         self.min_s = min_s
         self.max_s = max_s
+        #: The verdict waits at least until then (see ``defer``).
+        self.not_before = start
         # The first accuser does not count as a confirmation (memberlist does the same).
         self._confirmers = {accuser}
 
@@ -54,4 +56,10 @@ class Suspicion:
 
     @property
     def deadline(self) -> float:
-        return self.start + suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)
+        timeout = suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)
+        return max(self.start + timeout, self.not_before)
+
+    def defer(self, until: float) -> None:
+        """Hold the verdict until ``until`` (used when the local timer fired late: see
+        ``Swim.handle_timer``); never brings it forward."""
+        self.not_before = max(self.not_before, until)

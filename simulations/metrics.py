@@ -81,6 +81,7 @@ class Recorder:
         self.suspicions: dict[tuple[str, int], float] = {}  # episode -> first seen
         self.false_suspicions: set[tuple[str, int]] = set()
         self.false_deaths: set[tuple[str, int]] = set()
+        self.healthy_false_deaths: set[tuple[str, int]] = set()
         self.events: list[dict[str, Any]] = []
         self.change_times: list[float] = []
         self.series: dict[str, list] = {k: [] for k in (
@@ -144,6 +145,8 @@ class Recorder:
         else:
             if running:
                 self.false_deaths.add(episode)
+                if node.index not in self.faulted:
+                    self.healthy_false_deaths.add(episode)
             if rec is not None:
                 if rec.first_dead is None:
                     rec.first_dead = now
@@ -269,6 +272,7 @@ class Recorder:
             "false_suspicions": len(self.false_suspicions),
             "false_deaths": len(self.false_deaths),
             "false_death_members": len({m for m, _ in self.false_deaths}),
+            "healthy_false_deaths": len(self.healthy_false_deaths),
             "convergence_s": max(conv) if conv else None,
             "rebalance_s": percentiles(rebal),
             "moved_partitions": self.moved,

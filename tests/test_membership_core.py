@@ -164,6 +164,33 @@ def test_plain_swim_uses_the_fixed_minimum_timeout():
     assert _time_until_dead(core, "x0", 1.0) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("lifeguard", [True, False])
+def test_a_member_woken_late_reads_its_input_before_convicting(lifeguard):
+    # Suspicion min = 1 s. The member's loop stalls until t=5: its suspicion of x0 (due at 2)
+    # fires 3 s late. With Lifeguard it defers the verdict by one probe interval, so the
+    # refutation waiting in its socket buffer (read next) saves x0; plain SWIM convicts at once.
+    cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=1.0, suspicion_mult=0.01,
+                           suspicion_min_floor_s=0.0, suspicion_confirmations=0, lifeguard=lifeguard)
+    core = _lonely_core(cfg, 9)
+    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    core.handle_timer(5.0)
+    if not lifeguard:
+        assert core.member("x0").status == DEAD
+        return
+    assert core.member("x0").status == SUSPECT
+    assert core.stats["verdicts_deferred"] == 1
+    core.handle_timer(5.5)  # on time again, but the deferred verdict is not due yet
+    assert core.member("x0").status == SUSPECT
+    core.receive_datagram(forge(cfg, "x0", [Alive("x0", 1, ("10.0.0.2", 100), Meta())], seq=3),
+                          ("10.0.0.2", 100), 5.0)
+    assert core.member("x0").status == ALIVE
+    # Without a refutation the verdict comes one probe interval later, when judged on time.
+    late = _lonely_core(cfg, 9)
+    late.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    late.handle_timer(5.0)
+    assert _time_until_dead(late, "x0", 5.0) == pytest.approx(cfg.probe_interval_s)
+
+
 def test_buddy_system_ping_to_a_suspect_carries_the_suspicion():
     # Only n0 suspects n1 (rumour injected, gossip to n1 prevented); n0's next probe of n1
     # carries the suspicion and n1 refutes.
