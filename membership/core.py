@@ -308,6 +308,8 @@ class Swim:
         if not self._leaving and now >= self._next_probe_at:
             self._finish_probe(now)
             self._start_probe(now)
+        if self._awareness.enabled:
+            self._last_chance_pings(now)
         for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
             s = self._suspicions[node_id]
             threshold = self.config.loop_lag_threshold_s
@@ -333,6 +335,9 @@ class Swim:
         """The next time ``handle_timer`` has work to do (None: only input can create work)."""
         deadlines = [r.deadline for r in self._relays.values()]
         deadlines.extend(s.deadline for s in self._suspicions.values())
+        if self._awareness.enabled:
+            ahead = self.config.probe_timeout_s
+            deadlines.extend(s.deadline - ahead for s in self._suspicions.values() if not s.last_chance_sent)
         if not self._leaving:
             deadlines.append(self._next_probe_at)
             deadlines.append(self._next_dead_retry_at)
@@ -379,6 +384,13 @@ class Swim:
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
         carried_state = any(isinstance(m, (Alive, Suspect, Dead)) for m in env.messages)
+        accused = any(isinstance(m, Suspect) and m.node == self.node_id for m in env.messages)
+        if accused and any(isinstance(m, Ping) for m in env.messages):
+            # A ping that carries a suspicion of us (buddy system): refute before acking, so
+            # the ack itself carries the refutation (see _on_ping).
+            for m in env.messages:
+                if isinstance(m, Suspect) and m.node == self.node_id:
+                    self._on_suspect(m, now)
         in_sync: PushPull | None = None
         for msg in env.messages:
             if isinstance(msg, PushPull):
@@ -390,7 +402,7 @@ class Swim:
             elif isinstance(msg, Dead):
                 self._on_dead(msg, now, synced_by=env.sender if in_sync else None)
             elif isinstance(msg, Ping):
-                self._on_ping(msg, env.sender, addr, now)
+                self._on_ping(msg, env.sender, addr, now, accused)
             elif isinstance(msg, Ack):
                 self._on_ack(msg, env.sender, addr, carried_state, now)
             elif isinstance(msg, Nack):
@@ -406,12 +418,18 @@ class Swim:
             if in_sync.reply and self._may_reply_push_pull(addr, in_sync.sync_id, now):
                 self._send_state(addr, reply=False, now=now)
 
-    def _on_ping(self, msg: Ping, sender: str, addr: Addr, now: float) -> None:
+    def _on_ping(self, msg: Ping, sender: str, addr: Addr, now: float, accused: bool = False) -> None:
         if msg.target != self.node_id:
             # Another process now lives at the address we hold for ``msg.target``.
             self.stats["misdirected_pings"] += 1
             return
-        head = [Ack(msg.seq, self.view_checksum)]
+        head: list[Message] = [Ack(msg.seq, self.view_checksum)]
+        if accused:
+            # The pinger suspects us: our refutation goes in the ack itself rather than from
+            # the gossip queue, whose retransmit limit runs out when a member that woke from a
+            # stall answers a backlog of such pings at once.
+            me = self._self
+            head.append(Alive(self.node_id, me.incarnation, me.addr, me.meta))
         known = self._members.get(sender)
         if known is not None and known.status in (SUSPECT, DEAD):
             # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
@@ -569,6 +587,25 @@ class Swim:
             self.stats["suspect_reprobes"] += 1
         if was_alive:
             self._set_changed(m, "suspect", now)
+
+    def _last_chance_pings(self, now: float) -> None:
+        """One probe timeout before a suspicion would expire, ping the suspect ourselves, with
+        the suspicion attached (our addition to Lifeguard's buddy system, IV-C). A member that
+        was frozen answers as soon as it wakes, and the ack carries its refutation straight
+        to us; relayed gossip of that refutation may come too late for a member whose
+        verdict is due within a gossip round or two of the wake-up. One datagram per held
+        suspicion that is still open at that point (none when refutations arrive in time)."""
+        ahead = self.config.probe_timeout_s
+        for node_id, s in self._suspicions.items():
+            if s.last_chance_sent or now < s.deadline - ahead:
+                continue
+            s.last_chance_sent = True
+            m = self._members.get(node_id)
+            if m is None or m.status != SUSPECT:
+                continue
+            self.stats["last_chance_pings"] += 1
+            head = [Ping(self._next_seq(), node_id), Suspect(node_id, m.incarnation, self.node_id)]
+            self._send(m.addr, [self._codec.encode_message(x) for x in head])
 
     def _suspicion_expired(self, node_id: str, now: float) -> None:
         s = self._suspicions.pop(node_id)

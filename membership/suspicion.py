@@ -28,7 +28,8 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before", "_confirmers")
+    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before", "last_chance_sent",
+                 "_confirmers")
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:
@@ -40,6 +41,8 @@ class Suspicion:
         self.max_s = max_s
         #: The verdict waits at least until then (see ``defer``).
         self.not_before = start
+        #: Whether our last-chance ping went out (see ``Swim._last_chance_pings``).
+        self.last_chance_sent = False
         # The first accuser does not count as a confirmation (memberlist does the same).
         self._confirmers = {accuser}
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from membership import ALIVE, DEAD, LEFT, SUSPECT, JoinRefused, MembershipConfig, Meta, Swim
-from membership.messages import Alive, Ping, Suspect
+from membership.messages import Ack, Alive, Ping, Suspect
 from membership.queue import BroadcastQueue
 from membership_sim import SimNetwork, build_cluster, decode, forge
 
@@ -189,6 +189,49 @@ def test_a_member_woken_late_reads_its_input_before_convicting(lifeguard):
     late.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
     late.handle_timer(5.0)
     assert _time_until_dead(late, "x0", 5.0) == pytest.approx(cfg.probe_interval_s)
+
+
+def test_every_ack_to_an_accusing_ping_carries_the_refutation():
+    # A member woken from a stall answers a backlog of buddy pings at once; each ack must
+    # carry its refutation, beyond the gossip queue's retransmit limit.
+    cfg = MembershipConfig()
+    core = _lonely_core(cfg, 40)
+    core.datagrams_to_send()
+    for i in range(30):
+        ping = forge(cfg, f"x{i}", [Ping(7, "me"), Suspect("me", 0, f"x{i}")], seq=2)
+        core.receive_datagram(ping, ("10.0.0.2", 100 + i), 5.0)
+    acks = [decode(cfg, d) for d, _ in core.datagrams_to_send()]
+    assert len(acks) == 30 and 30 > cfg.retransmit_limit(41)
+    for msgs in acks:
+        assert isinstance(msgs[0], Ack)
+        assert any(isinstance(m, Alive) and m.node == "me" and m.incarnation == 1 for m in msgs)
+    assert core.stats["refutations"] == 1
+
+
+@pytest.mark.parametrize("lifeguard", [True, False])
+def test_last_chance_ping_before_a_verdict(lifeguard):
+    # Suspicion min 2 s, no confirmations needed: the verdict is due at t=3. With Lifeguard the
+    # member pings the suspect itself (suspicion attached) one probe timeout before (t=2.5), and
+    # the ack's refutation cancels the verdict.
+    cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=0.5, suspicion_mult=0.01,
+                           suspicion_min_floor_s=2.0, suspicion_confirmations=0, lifeguard=lifeguard)
+    core = _lonely_core(cfg, 9)
+    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    core.datagrams_to_send()
+    core.handle_timer(2.4)  # (gossip of the suspicion goes out; nothing to x0 yet)
+    assert [a for _, a in core.datagrams_to_send() if a == ("10.0.0.2", 100)] == []
+    core.handle_timer(2.5)
+    sent = [(decode(cfg, d), a) for d, a in core.datagrams_to_send() if a == ("10.0.0.2", 100)]
+    if not lifeguard:
+        assert sent == [] and core.stats["last_chance_pings"] == 0
+        return
+    (msgs, _), = sent
+    ping = next(m for m in msgs if isinstance(m, Ping))
+    assert ping.target == "x0" and any(isinstance(m, Suspect) and m.node == "x0" for m in msgs)
+    ack = forge(cfg, "x0", [Ack(ping.seq, 0), Alive("x0", 1, ("10.0.0.2", 100), Meta())], seq=3)
+    core.receive_datagram(ack, ("10.0.0.2", 100), 2.6)
+    core.handle_timer(3.0)
+    assert core.member("x0").status == ALIVE
 
 
 def test_buddy_system_ping_to_a_suspect_carries_the_suspicion():
