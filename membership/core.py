@@ -43,8 +43,15 @@ refute, and on event-loop lag reported by the driver, and falls on successful pr
 buddy system: a ping to a suspect carries the ``Suspect`` message, so the suspect can refute at
 once. Our addition: a few members (``suspicion_reprobe_members``) that hear of a new suspicion
 probe the suspect next, so the independent confirmations that shorten the suspicion arrive in
-about two periods rather than by chance. ``config.lifeguard = False`` turns all of this off
-(plain SWIM with a fixed suspicion timeout).
+about two periods rather than by chance. Three more additions of ours for members that freeze
+(GC pause, CPU starvation), each found by classifying false deaths in the simulator's
+``stalls`` scenario: a ping that carries a suspicion of us is refuted first and its ack carries
+our ``Alive`` (a member that wakes answers its whole backlog of such pings, beyond the gossip
+queue's retransmit limit); one probe timeout before its verdict a member pings the suspect
+itself, suspicion attached, so an ack brings the refutation in time; and a suspicion timer that
+fires late, or right after a loop stall the driver reported, defers the verdict by one period,
+because the refutation may be sitting unread in our socket buffer. ``config.lifeguard = False``
+turns all of this off (plain SWIM with a fixed suspicion timeout).
 
 Dissemination (SWIM section 4.1). Every accepted state change is queued (``queue.py``) and
 piggybacked on pings, acks and every other datagram, filling each up to ``mtu_bytes``, newest
