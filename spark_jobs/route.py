@@ -76,28 +76,51 @@ def _check_owners(snapshot: PlacementSnapshot) -> None:
 
 
 # ----- owner assignment (executors) --------------------------------------------------------
-_ROUTERS: dict[str, tuple[PlacementTable, np.ndarray]] = {}
+@dataclass(frozen=True)
+class Router:
+    """What owner assignment needs of a placement: the key hash's seed, the partition count, the
+    member ids and each partition's leader (an index into ``ids``), all from the driver's
+    ``PlacementTable`` - so every row's owner is ``table.owner(table.partition_of(key))``."""
 
+    checksum: str
+    seed: int
+    partitions: int
+    ids: tuple[str, ...]
+    leaders: np.ndarray  # int32 (P,): index into ids of each partition's leader
 
-def _router(snapshot_dict: dict[str, Any]) -> tuple[PlacementTable, np.ndarray]:
-    """The table and each partition's leader id, built once per executor process and snapshot."""
-    checksum = snapshot_dict["checksum"]
-    if checksum not in _ROUTERS:
-        table = PlacementTable.from_dict(snapshot_dict)
+    @classmethod
+    def of(cls, snapshot: PlacementSnapshot) -> "Router":
+        table = snapshot.table
         ids, idx = table.owner_indices()
-        _ROUTERS[checksum] = (table, np.array(ids, dtype=object)[idx[:, 0]])
-    return _ROUTERS[checksum]
+        return cls(snapshot.checksum, table.config.seed, table.config.partitions, tuple(ids),
+                   np.ascontiguousarray(idx[:, 0], dtype=np.int32))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checksum": self.checksum, "seed": self.seed, "partitions": self.partitions,
+                "ids": list(self.ids), "leaders": self.leaders.tobytes()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Router":
+        return cls(d["checksum"], d["seed"], d["partitions"], tuple(d["ids"]),
+                   np.frombuffer(d["leaders"], dtype=np.int32))
 
 
-def owner_columns(table: PlacementTable, leaders: np.ndarray, keys) -> tuple[Any, Any]:
-    """(partition, owner) pandas Series for a Series of string keys; nulls stay null."""
-    import pandas as pd
+_ARROW_IDS: dict[str, Any] = {}
 
-    present = keys.notna().to_numpy()
-    parts = np.zeros(len(keys), dtype=np.int64)
-    parts[present] = table.partitions_of(keys[present].tolist())
-    partition = pd.Series(parts, index=keys.index, dtype="Int32").mask(~present)
-    owner = pd.Series(leaders[parts], index=keys.index, dtype=object).mask(~present)
+
+def owner_arrays(router: Router, keys) -> tuple[Any, Any]:
+    """(partition int32, owner string) Arrow arrays for an Arrow string array of keys; a null
+    key has a null partition and owner. Hashes the Arrow buffers directly (``arrow_hash``)."""
+    import pyarrow as pa
+
+    from .arrow_hash import key_hashes_arrow
+
+    if router.checksum not in _ARROW_IDS:
+        _ARROW_IDS[router.checksum] = pa.array(router.ids, type=pa.string())
+    parts = (key_hashes_arrow(keys, router.seed) % np.uint32(router.partitions)).astype(np.int32)
+    mask = np.asarray(keys.is_null()) if keys.null_count else None
+    partition = pa.array(parts, type=pa.int32(), mask=mask)
+    owner = _ARROW_IDS[router.checksum].take(pa.array(router.leaders[parts], type=pa.int32(), mask=mask))
     return partition, owner
 
 
@@ -112,17 +135,20 @@ def assign_owners(spark, df, key_column: str, snapshot: PlacementSnapshot, with_
     df = df.withColumn(key_column, F.col(key_column).cast("string"))
     if with_ids:
         df = df.withColumn(ITEM_ID, F.monotonically_increasing_id())
-    broadcast = spark.sparkContext.broadcast(snapshot.table.to_dict(binary=True))
+    broadcast = spark.sparkContext.broadcast(Router.of(snapshot).to_dict())
     schema = T.StructType(df.schema.fields + [T.StructField(PARTITION, T.IntegerType()),
                                               T.StructField(OWNER, T.StringType())])
+    names = schema.fieldNames()
 
     def assign(batches: Iterator) -> Iterator:
-        table, leaders = _router(broadcast.value)
-        for pdf in batches:
-            partition, owner = owner_columns(table, leaders, pdf[key_column])
-            yield pdf.assign(**{PARTITION: partition, OWNER: owner})
+        import pyarrow as pa
 
-    return df.mapInPandas(assign, schema)
+        router = Router.from_dict(broadcast.value)
+        for batch in batches:
+            partition, owner = owner_arrays(router, batch.column(key_column))
+            yield pa.RecordBatch.from_arrays([*batch.columns, partition, owner], names=names)
+
+    return df.mapInArrow(assign, schema)
 
 
 # ----- input -------------------------------------------------------------------------------
