@@ -10,7 +10,10 @@ round) and the best time of each is printed with its ratio to the plain repartit
     pandas_identity  mapInPandas(identity) + repartition(n, key)  (Arrow -> pandas -> Arrow floor)
     arrow_identity   mapInArrow(identity) + repartition(n, key)   (Python worker round trip floor)
     arrow_hash       mapInArrow: partition only (int) + repartition(n, partition)
-    assign_owners    route.assign_owners + repartition(n, owner)  (the production path)
+    builtin_hash     + pmod(hash(key), P) column (Spark's Murmur3, not the spec) + repartition(n, it)
+    python_owners    assign_owners(engine="python") + repartition(n, owner)
+    jvm_partition    assign_owners(engine="jvm"), partition only + repartition(n, partition)
+    jvm_owners       assign_owners(engine="jvm") + repartition(n, owner)  (the production path)
 
 Also prints where the executors imported ``spark_jobs`` from (it must be this checkout).
 """
@@ -44,6 +47,7 @@ def main() -> None:
     spark = get_session(args.master, "profile_spark", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     import pyarrow as pa
+    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     tmp = tempfile.mkdtemp(prefix="profile-spark-")
@@ -91,8 +95,14 @@ def main() -> None:
         "pandas_identity": lambda: sink(df.mapInPandas(identity_pandas, df.schema).repartition(n, "key")),
         "arrow_identity": lambda: sink(df.mapInArrow(identity_arrow, df.schema).repartition(n, "key")),
         "arrow_hash": lambda: sink(df.mapInArrow(hash_arrow, hash_schema).repartition(n, "partition")),
-        "assign_owners": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False)
-                                      .repartition(n, route.OWNER)),
+        "builtin_hash": lambda: sink(df.withColumn("partition", F.pmod(F.hash("key"), F.lit(parts)))
+                                     .repartition(n, "partition")),
+        "python_owners": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False,
+                                                          engine="python").repartition(n, route.OWNER)),
+        "jvm_partition": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine="jvm")
+                                      .drop(route.OWNER).repartition(n, route.PARTITION)),
+        "jvm_owners": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine="jvm")
+                                   .repartition(n, route.OWNER)),
     }
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",") or k == "plain"}

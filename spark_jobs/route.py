@@ -4,11 +4,16 @@
     routed = assign_owners(spark, read_items(spark, "items.parquet"), "key", snapshot)
     report = deliver(spark, routed, "key", snapshot, urls)      # or write_by_owner(routed, "out/")
 
-The driver fetches one placement snapshot and broadcasts its dict form (a few KB per thousand
-partitions). Executors rebuild the ``PlacementTable`` once per process and compute the partition
-and owner columns a whole Arrow batch at a time (``mapInPandas``: ``partitions_of`` + the
-owner-index array), with exactly the code every node runs - never PySpark's ``portable_hash``,
-which depends on PYTHONHASHSEED. Keys are routed as strings (the key column is cast).
+The driver fetches one placement snapshot; owner assignment needs only its ``Router`` (seed,
+partition count, member ids, each partition's leader - from the driver's ``PlacementTable``).
+The key hash is ``placement.hashing.key_hash`` (MurmurHash3_x86_32 of the UTF-8 key), computed
+either in the JVM by a small Java UDF (``spark_jobs/jvm.py``; no Python worker, so about the cost
+of a plain repartition) or in Python workers over whole Arrow batches (``mapInArrow`` +
+``spark_jobs.arrow_hash``, murmur3 vectorised over the Arrow buffers). Both are property-tested
+against the scalar spec; ``engine="auto"`` uses the JVM when its jar is on the session's
+classpath and falls back to Python with a logged reason. Never PySpark's ``portable_hash``
+(which depends on PYTHONHASHSEED) nor Spark's ``hash()`` (Murmur3 with seed 42 and a
+non-standard tail). Keys are routed as strings (the key column is cast).
 
 Delivery repartitions by owner (Spark's own Murmur3 on the owner string, so each owner's items
 meet in few tasks) and runs a ``spark_jobs.deliver.Deliverer`` per task. Every item leaves one
@@ -20,6 +25,7 @@ no item missing, none twice.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import uuid
@@ -89,7 +95,7 @@ class Router:
     leaders: np.ndarray  # int32 (P,): index into ids of each partition's leader
 
     @classmethod
-    def of(cls, snapshot: PlacementSnapshot) -> "Router":
+    def of(cls, snapshot: PlacementSnapshot) -> Router:
         table = snapshot.table
         ids, idx = table.owner_indices()
         return cls(snapshot.checksum, table.config.seed, table.config.partitions, tuple(ids),
@@ -100,7 +106,7 @@ class Router:
                 "ids": list(self.ids), "leaders": self.leaders.tobytes()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Router":
+    def from_dict(cls, d: dict[str, Any]) -> Router:
         return cls(d["checksum"], d["seed"], d["partitions"], tuple(d["ids"]),
                    np.frombuffer(d["leaders"], dtype=np.int32))
 
@@ -124,18 +130,79 @@ def owner_arrays(router: Router, keys) -> tuple[Any, Any]:
     return partition, owner
 
 
-def assign_owners(spark, df, key_column: str, snapshot: PlacementSnapshot, with_ids: bool = True):
-    """``df`` plus ``partition`` and ``owner`` (leader) columns (and ``item_id`` if ``with_ids``)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+ENGINES = ("auto", "jvm", "python")
+MAX_JVM_PARTITIONS = 1 << 18  # the JVM path's leader table is one binary literal in the plan (1 MB)
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
+
+def jvm_unavailable(spark, partitions: int) -> str | None:
+    """None if the JVM key hash can route this placement in ``spark``, else why not."""
+    from . import jvm, session
+
+    if partitions > MAX_JVM_PARTITIONS:
+        return f"{partitions} partitions is more than the JVM path's lookup array holds ({MAX_JVM_PARTITIONS})"
+    if session.UDF_UNAVAILABLE:
+        return session.UDF_UNAVAILABLE[0]
+    try:
+        jvm.register(spark)
+    except jvm.JvmUdfUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def assign_owners(spark, df, key_column: str, snapshot: PlacementSnapshot, with_ids: bool = True,
+                  engine: str = "auto"):
+    """``df`` plus ``partition`` and ``owner`` (leader) columns (and ``item_id`` if ``with_ids``).
+
+    ``engine``: ``jvm`` hashes keys in the JVM (``spark_jobs/jvm.py``: no Python worker, about the
+    cost of a plain repartition), ``python`` in Python workers (``mapInArrow`` + ``arrow_hash``),
+    ``auto`` (default) the JVM if its UDF is available here, else Python with a logged reason.
+    Both give every row ``table.partition_of(key)`` and that partition's leader.
+    """
+    from pyspark.sql import functions as F
+
+    if engine not in ENGINES:
+        raise PlacementError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if key_column not in df.columns:
         raise PlacementError(f"input has no column {key_column!r}; its columns: {', '.join(df.columns)}")
     _check_owners(snapshot)
     df = df.withColumn(key_column, F.col(key_column).cast("string"))
     if with_ids:
         df = df.withColumn(ITEM_ID, F.monotonically_increasing_id())
-    broadcast = spark.sparkContext.broadcast(Router.of(snapshot).to_dict())
+    router = Router.of(snapshot)
+    if engine != "python":
+        reason = jvm_unavailable(spark, router.partitions)
+        if reason is None:
+            return _assign_jvm(df, key_column, router)
+        if engine == "jvm":
+            raise PlacementError(f"the JVM key hash is unavailable: {reason}")
+        if reason not in _WARNED:
+            _WARNED.add(reason)
+            log.warning("owner assignment runs in Python workers (same owners, slower): the JVM key hash "
+                        "is unavailable: %s", reason)
+    return _assign_python(spark, df, key_column, router)
+
+
+def _assign_jvm(df, key_column: str, router: Router):
+    from pyspark.sql import functions as F
+
+    # Plan-building cost matters here: F.lit(list) makes one py4j call per element (~0.3 s for 1024),
+    # so the leader table is one binary literal and the member ids one parsed SQL expression.
+    seed, partitions = F.lit(router.seed).cast("long"), F.lit(router.partitions)
+    df = df.withColumn(PARTITION, F.call_function("placement_key_partition", df[key_column].cast("binary"), seed,
+                                                  partitions))
+    leader = F.call_function("placement_partition_leader", F.col(PARTITION),
+                             F.lit(bytearray(router.leaders.astype("<i4").tobytes())))
+    ids = F.expr("array(" + ", ".join(f"CAST(X'{i.encode().hex()}' AS STRING)" for i in router.ids) + ")")
+    # The guard is needed: element_at(<array>, NULL) gives the *last* element in Spark 4.3's codegen.
+    return df.withColumn(OWNER, F.when(F.col(PARTITION).isNotNull(), F.element_at(ids, leader + 1)))
+
+
+def _assign_python(spark, df, key_column: str, router: Router):
+    from pyspark.sql import types as T
+
+    broadcast = spark.sparkContext.broadcast(router.to_dict())
     schema = T.StructType(df.schema.fields + [T.StructField(PARTITION, T.IntegerType()),
                                               T.StructField(OWNER, T.StringType())])
     names = schema.fieldNames()
