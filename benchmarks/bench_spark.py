@@ -2,10 +2,13 @@
 
     .venv/bin/python benchmarks/bench_spark.py [--items 1000000] [--deliver-items 100000] [--master local[2]]
 
-1. The same N items (Parquet, read by both) are shuffled into the same number of partitions
-   (a) by Spark's own hash of the key (``repartition(n, "key")``) and (b) by owner after
-   ``assign_owners`` (``mapInPandas`` over Arrow batches) - each forced with the ``noop``
-   sink, best of ``--repeat`` alternating runs, in one session. Goal: (b) <= 1.3x (a).
+1. The same N items (Parquet, read by all) are shuffled into the same number of partitions
+   (a) by Spark's own hash of the key (``repartition(n, "key")``), (b) by owner after
+   ``assign_owners`` (engine ``auto``: the JVM key hash if its jar is available, see
+   ``spark_jobs/jvm.py``) and (c) the same with ``engine="python"`` (``mapInArrow`` + the
+   vectorised Arrow hash) - each forced with the ``noop`` sink, best of ``--repeat`` rounds of
+   alternating runs after a warm-up round, in one session. Goal: (b) <= 1.3x (a).
+   ``benchmarks/profile_spark.py`` breaks the difference down.
 2. ``deliver`` of M items to a 3-node in-process sink cluster (batches of 500): items/s.
 """
 
@@ -34,7 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, default=1_000_000)
     ap.add_argument("--deliver-items", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--shuffle", type=int, default=8, help="shuffle partitions for both variants")
     args = ap.parse_args()
@@ -54,19 +57,24 @@ def main() -> None:
         def plain():
             df.repartition(args.shuffle, "key").write.format("noop").mode("overwrite").save()
 
-        def owners():
-            routed = route.assign_owners(spark, df, "key", snapshot, with_ids=False)
+        def owners(engine="auto"):
+            routed = route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine=engine)
             routed.repartition(args.shuffle, route.OWNER).write.format("noop").mode("overwrite").save()
 
-        plain(), owners()  # warm-up: JIT, Python workers, file listing
-        runs = {"plain": [], "owners": []}
+        variants = {"plain": plain, "owners": owners, "owners_py": lambda: owners("python")}
+        for fn in variants.values():  # warm-up: JIT, Python workers, file listing, the UDF jar
+            fn()
+        runs = {k: [] for k in variants}
         for _ in range(args.repeat):
-            runs["plain"].append(timed(plain))
-            runs["owners"].append(timed(owners))
+            for k, fn in variants.items():
+                runs[k].append(timed(fn))
         best = {k: min(v) for k, v in runs.items()}
-        print(f"{args.items} items, {args.master}, {args.shuffle} shuffle partitions, {PARTITIONS} placement partitions")
+        engine = "jvm" if route.jvm_unavailable(spark, snapshot.table.config.partitions) is None else "python"
+        print(f"{args.items} items, {args.master}, {args.shuffle} shuffle partitions, {PARTITIONS} placement partitions; "
+              f"owners = engine auto -> {engine}, owners_py = engine python")
         for k, v in runs.items():
-            print(f"  {k:<7} best {best[k]:.2f} s  median {statistics.median(v):.2f} s  runs {[round(x, 2) for x in v]}")
+            print(f"  {k:<9} best {best[k]:.2f} s  median {statistics.median(v):.2f} s  "
+                  f"{best[k] / best['plain']:.2f}x  runs {[round(x, 2) for x in v]}")
         print(f"  owner assignment / plain repartition: {best['owners'] / best['plain']:.2f}x (goal <= 1.3x)")
 
         small = route.read_items(spark, path).limit(args.deliver_items)

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import weakref
 import zipfile
 from pathlib import Path
 
@@ -31,6 +32,7 @@ SOURCES = (Path(__file__).with_name("jvm") / "KeyPartition.java", Path(__file__)
 FUNCTIONS = {"placement_key_partition": "placement.spark.KeyPartition",
              "placement_partition_leader": "placement.spark.PartitionLeader"}
 ENV = "PLACEMENT_UDF_JAR"
+_REGISTERED: weakref.WeakSet = weakref.WeakSet()  # sessions the functions are registered in
 
 
 class JvmUdfUnavailable(Exception):
@@ -103,7 +105,9 @@ def ensure_jar() -> Path:
 
 
 def register(spark) -> None:
-    """Register the ``FUNCTIONS`` in ``spark``, or raise JvmUdfUnavailable saying why."""
+    """Register the ``FUNCTIONS`` in ``spark`` (once per session), or raise JvmUdfUnavailable saying why."""
+    if spark in _REGISTERED:
+        return
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
     from pyspark.sql.types import IntegerType
@@ -116,6 +120,7 @@ def register(spark) -> None:
         raise JvmUdfUnavailable(f"{cls} is not on this session's classpath ({first[:300]}); start the "
                                 "session with spark_jobs.session.get_session or pass the jar with --jars "
                                 "(`python -m spark_jobs.jvm` prints its path)") from None
+    _REGISTERED.add(spark)
 
 
 def main() -> int:

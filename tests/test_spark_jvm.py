@@ -60,17 +60,20 @@ def test_jvm_key_hash_property(jvm_spark, keys, seed, partitions):
 
 @pytest.mark.parametrize("engine", ["jvm", "python"])
 def test_both_engines_equal_the_table_row_for_row(jvm_spark, engine):
-    table = PlacementTable.build({"a": 1.0, "b": 2.0, "c'\"d": 0.5, "é": 1.0}, partitions=1000, replicas=2, seed=7)
+    table = PlacementTable.build({"a": 1.0, "b": 2.0, "c'\"d`)": 0.5, "é": 1.0}, partitions=1000, replicas=2, seed=7)
     snap = PlacementSnapshot(table, {})
     keys = tricky_keys()
-    df = jvm_spark.createDataFrame([(k,) for k in keys] + [(None,)], "key string")
-    rows = route.assign_owners(jvm_spark, df, "key", snap, engine=engine).collect()
+    column = "routing key"  # quoted in the JVM path's SQL
+    df = jvm_spark.createDataFrame([(k, 1) for k in keys] + [(None, 2)], "k string, n int").withColumnRenamed("k", column)
+    rows = route.assign_owners(jvm_spark, df, column, snap, engine=engine).collect()
     assert len(rows) == len(keys) + 1
+    assert set(table.members) == {r.owner for r in rows if r.owner is not None}
     for r in rows:
-        if r.key is None:
+        key = r[column]
+        if key is None:
             assert r.partition is None and r.owner is None
         else:
-            assert (r.partition, r.owner) == (table.partition_of(r.key), table.lookup(r.key)[0])
+            assert (r.partition, r.owner) == (table.partition_of(key), table.lookup(key)[0])
 
 
 def test_without_the_jar_auto_falls_back_to_python_and_says_why(spark, monkeypatch, caplog):
