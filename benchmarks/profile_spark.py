@@ -4,7 +4,8 @@
 
 Every variant reads the same Parquet file, shuffles into the same ``--shuffle`` partitions and is
 forced with the ``noop`` sink; variants run round-robin (``--repeat`` rounds after a warm-up
-round) and the best time of each is printed with its ratio to the plain repartition:
+round); the best time of each is printed with its ratio to the plain repartition, and the
+median of its per-round ratios to plain (steadier on a noisy machine):
 
     plain            repartition(n, key)                          (the goal's baseline)
     pandas_identity  mapInPandas(identity) + repartition(n, key)  (Arrow -> pandas -> Arrow floor)
@@ -13,6 +14,7 @@ round) and the best time of each is printed with its ratio to the plain repartit
     builtin_hash     + pmod(hash(key), P) column (Spark's Murmur3, not the spec) + repartition(n, it)
     python_owners    assign_owners(engine="python") + repartition(n, owner)
     jvm_partition    assign_owners(engine="jvm"), partition only + repartition(n, partition)
+    jvm_by_key       assign_owners(engine="jvm") + repartition(n, key)  (the shuffle key's share)
     jvm_owners       assign_owners(engine="jvm") + repartition(n, owner)  (the production path)
 
 Also prints where the executors imported ``spark_jobs`` from (it must be this checkout).
@@ -21,6 +23,7 @@ Also prints where the executors imported ``spark_jobs`` from (it must be this ch
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 
@@ -101,6 +104,8 @@ def main() -> None:
                                                           engine="python").repartition(n, route.OWNER)),
         "jvm_partition": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine="jvm")
                                       .drop(route.OWNER).repartition(n, route.PARTITION)),
+        "jvm_by_key": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine="jvm")
+                                   .repartition(n, "key")),
         "jvm_owners": lambda: sink(route.assign_owners(spark, df, "key", snapshot, with_ids=False, engine="jvm")
                                    .repartition(n, route.OWNER)),
     }
@@ -118,7 +123,9 @@ def main() -> None:
     print(f"{args.items} items, {args.master}, {n} shuffle partitions, maxRecordsPerBatch "
           f"{spark.conf.get('spark.sql.execution.arrow.maxRecordsPerBatch')}")
     for k, v in runs.items():
-        print(f"  {k:<16} best {min(v):.3f} s  {min(v) / base:.2f}x  runs {[round(x, 2) for x in v]}")
+        paired = statistics.median(x / p for x, p in zip(v, runs["plain"]))
+        print(f"  {k:<16} best {min(v):.3f} s  {min(v) / base:.2f}x  per-round ratio median {paired:.2f}x  "
+              f"runs {[round(x, 2) for x in v]}")
     spark.stop()
 
 
