@@ -103,12 +103,12 @@ class Router:
 
     def to_dict(self) -> dict[str, Any]:
         return {"checksum": self.checksum, "seed": self.seed, "partitions": self.partitions,
-                "ids": list(self.ids), "leaders": self.leaders.tobytes()}
+                "ids": list(self.ids), "leaders": self.leaders.astype("<i4").tobytes()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Router:
         return cls(d["checksum"], d["seed"], d["partitions"], tuple(d["ids"]),
-                   np.frombuffer(d["leaders"], dtype=np.int32))
+                   np.frombuffer(d["leaders"], dtype="<i4").astype(np.int32))
 
 
 _ARROW_IDS: dict[str, Any] = {}
