@@ -39,6 +39,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=500, help="items per POST (default 500)")
     p.add_argument("--max-attempts", type=int, default=5, help="POST attempts per batch (default 5)")
     p.add_argument("--work-dir", metavar="DIR", help="where delivery outcomes are written (default: a temp dir)")
+    p.add_argument("--engine", choices=("auto", "jvm", "python"), default="auto",
+                   help="where keys are hashed: jvm (a Java UDF, needs a JDK to build it), python (Python "
+                        "workers), auto (default: jvm if available, else python with the reason logged)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--report", metavar="FILE", help="also write the report as JSON here")
     p.set_defaults(func=cmd_route)
@@ -78,7 +81,8 @@ def cmd_route(args: argparse.Namespace) -> int:
                 raise PlacementError("--deliver needs --url: a members file has no HTTP addresses")
             snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed)
         spark = get_session(args.master, "placement spark-route")
-        routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot)
+        routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot,
+                                     engine=args.engine)
         if args.deliver:
             options = DeliveryOptions(batch_size=args.batch_size, max_attempts=args.max_attempts)
             report = route.deliver(spark, routed, args.key_column, snapshot, args.url, options, args.work_dir)

@@ -62,8 +62,28 @@ def get_session(master: str | None = None, app_name: str = "placement", conf: di
         # Local Python workers must run this interpreter (the venv with placement's dependencies),
         # not whatever `python3` is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Arrow carries the key batches to mapInPandas; the console progress bar shows progress.
+    # Arrow carries the batches to mapInArrow/mapInPandas; the console progress bar shows progress.
     defaults = {"spark.sql.execution.arrow.pyspark.enabled": "true", "spark.ui.showConsoleProgress": "true"}
-    for key, value in {**defaults, **(conf or {})}.items():
+    conf = {**defaults, **(conf or {})}
+    jar = udf_jar()
+    if jar:  # the JVM key hash (spark_jobs/jvm.py); without it owner assignment uses Python workers
+        conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), jar]))
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+UDF_UNAVAILABLE: list[str] = []  # why the JVM key hash jar could not be had, if it could not
+
+
+def udf_jar() -> str | None:
+    """Path of the JVM key-hash jar (built on first use if a JDK is here), or None (reason kept)."""
+    from .jvm import JvmUdfUnavailable, ensure_jar
+
+    try:
+        jar = str(ensure_jar())
+    except JvmUdfUnavailable as exc:
+        UDF_UNAVAILABLE[:] = [str(exc)]
+        return None
+    UDF_UNAVAILABLE.clear()
+    return jar

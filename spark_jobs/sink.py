@@ -134,6 +134,7 @@ class LocalSinkCluster:
         self.apps: list[FastAPI] = []
         self.servers: list[Any] = []
         self.urls: list[str] = []
+        self._crashed: set[int] = set()
         self.call(self._start(n, partitions, membership))
 
     def call(self, coro, timeout_s: float = 30.0):
@@ -174,6 +175,14 @@ class LocalSinkCluster:
                 raise TimeoutError(f"sink cluster did not converge to {n} members in {timeout_s} s")
             await asyncio.sleep(0.02)
 
+    def crash(self, i: int) -> None:
+        """Node ``i`` dies abruptly: its HTTP server stops listening and its gossip stops without a
+        leave, so the others only learn of it by failure detection. Call on the cluster's loop
+        (e.g. from a request handler) or through ``call_soon``; ``close`` then skips it."""
+        self.servers[i].should_exit = True
+        self.nodes[i].close()
+        self._crashed.add(i)
+
     def received(self, job: str) -> dict[str, int]:
         """Distinct items each node took for ``job``."""
         return {node.node_id: app.state.work.count(job) for node, app in zip(self.nodes, self.apps)}
@@ -182,8 +191,9 @@ class LocalSinkCluster:
         async def stop() -> None:
             for server in self.servers:
                 server.should_exit = True
-            for node in self.nodes:
-                await node.leave(timeout_s=0.5)
+            for i, node in enumerate(self.nodes):
+                if i not in self._crashed:
+                    await node.leave(timeout_s=0.5)
 
         self.call(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
