@@ -75,6 +75,7 @@ raises and never applies part of an invalid datagram.
 
 from __future__ import annotations
 
+import math
 import random
 import zlib
 from collections import Counter, deque
@@ -160,6 +161,10 @@ class Swim:
         self._live_peers: list[str] = []
         self._live_pos: dict[str, int] = {}
         self._dead_since: dict[str, float] = {}
+        # No dead or left member became so before this time (a lower bound), so the reclaim
+        # scan of the whole view runs only when one may be due.
+        self._reclaim_from = math.inf
+        self._retransmit_limits: dict[int, int] = {}  # live count -> limit
         self._awareness = Awareness(config.awareness_max_multiplier, enabled=config.lifeguard)
         self.keyring = Keyring(config.keys)
         self._codec = Codec(cluster=config.cluster_name, settings=config.cluster_settings,
@@ -195,6 +200,11 @@ class Swim:
     @property
     def incarnation(self) -> int:
         return self._self.incarnation
+
+    @property
+    def status(self) -> str:
+        """Our own status: ``alive``, or ``left`` after ``leave``."""
+        return self._self.status
 
     @property
     def meta(self) -> Meta:
@@ -316,19 +326,24 @@ class Swim:
 
     def get_timer(self) -> float | None:
         """The next time ``handle_timer`` has work to do (None: only input can create work)."""
-        deadlines = [r.deadline for r in self._relays.values()]
-        deadlines.extend(s.deadline for s in self._suspicions.values())
+        # Called after every input, so no lists: a running minimum.
+        t = math.inf
+        for r in self._relays.values():
+            if r.deadline < t:
+                t = r.deadline
+        for s in self._suspicions.values():
+            if s.deadline < t:
+                t = s.deadline
         if not self._leaving:
-            deadlines.append(self._next_probe_at)
-            deadlines.append(self._next_dead_retry_at)
+            t = min(t, self._next_probe_at, self._next_dead_retry_at)
             p = self._probe
-            if p is not None and not p.acked and not p.indirect_sent:
-                deadlines.append(p.timeout_at)
-        if self._queue:
-            deadlines.append(self._next_gossip_at)
-        if self._next_join_at is not None:
-            deadlines.append(self._next_join_at)
-        return min(deadlines) if deadlines else None
+            if p is not None and not p.acked and not p.indirect_sent and p.timeout_at < t:
+                t = p.timeout_at
+        if self._queue and self._next_gossip_at < t:
+            t = self._next_gossip_at
+        if self._next_join_at is not None and self._next_join_at < t:
+            t = self._next_join_at
+        return None if t == math.inf else t
 
     def datagrams_to_send(self) -> list[tuple[bytes, Addr]]:
         """Drain the outbox: (datagram, destination address) pairs, each <= mtu_bytes."""
@@ -590,6 +605,8 @@ class Swim:
         self._checksum = None
         if m is self._self:
             return
+        if status in (DEAD, LEFT):
+            self._reclaim_from = min(self._reclaim_from, now)
         if status == DEAD:
             self._dead_since[m.node_id] = now
         else:
@@ -722,7 +739,11 @@ class Swim:
         self._outbox.append((datagram, addr))
 
     def _retransmit_limit(self) -> int:
-        return self.config.retransmit_limit(self._live_count())
+        n = self._live_count()
+        limit = self._retransmit_limits.get(n)
+        if limit is None:
+            limit = self._retransmit_limits[n] = self.config.retransmit_limit(n)
+        return limit
 
     def _gossip(self, now: float) -> None:
         self._next_gossip_at = now + self.config.gossip_interval_s
@@ -779,10 +800,13 @@ class Swim:
     def _retry_dead_and_reclaim(self, now: float) -> None:
         self._next_dead_retry_at = now + self.config.dead_retry_interval_s
         horizon = now - self.config.dead_reclaim_s
-        for node_id in [k for k, m in self._members.items()
-                        if m.status in (DEAD, LEFT) and m.since < horizon]:
-            del self._members[node_id]
-            self._dead_since.pop(node_id, None)
+        if self._reclaim_from < horizon:  # someone may be due: scan (rarely)
+            for node_id in [k for k, m in self._members.items()
+                            if m.status in (DEAD, LEFT) and m.since < horizon]:
+                del self._members[node_id]
+                self._dead_since.pop(node_id, None)
+            self._reclaim_from = min((m.since for m in self._members.values() if m.status in (DEAD, LEFT)),
+                                     default=math.inf)
         if self._dead_since:
             # A single ping (not the full state) to one dead member; an ack triggers push-pull.
             target = self._members[self._rng.choice(list(self._dead_since))]

@@ -28,7 +28,7 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "_confirmers")
+    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "_confirmers", "deadline")
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:
@@ -40,6 +40,9 @@ class Suspicion:
         self.max_s = max_s
         # The first accuser does not count as a confirmation (memberlist does the same).
         self._confirmers = {accuser}
+        #: When the suspicion turns into ``dead`` (kept up to date by ``confirm``; the driver
+        #: asks for it after every input).
+        self.deadline = start + suspicion_timeout(0, k, min_s, max_s)
 
     @property
     def confirmations(self) -> int:
@@ -50,8 +53,5 @@ class Suspicion:
         if accuser in self._confirmers or self.confirmations >= self.k:
             return False
         self._confirmers.add(accuser)
+        self.deadline = self.start + suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)
         return True
-
-    @property
-    def deadline(self) -> float:
-        return self.start + suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)

@@ -310,11 +310,28 @@ def _decode_envelope(body: bytes, limit: int) -> Envelope:
     for blob in blobs:
         if type(blob) is not bytes:
             raise Drop("malformed")
-        inner = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True,
-                                max_str_len=limit, max_bin_len=0,
-                                max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0)
-        messages.append(_from_wire(inner))
+        msg = _decoded.get(blob)
+        if msg is None:
+            inner = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True,
+                                    max_str_len=limit, max_bin_len=0,
+                                    max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0)
+            msg = _from_wire(inner)
+            if type(msg) in _CACHED_TYPES:
+                if len(_decoded) >= _DECODED_MAX:
+                    _decoded.clear()
+                _decoded[blob] = msg
+        messages.append(msg)
     return Envelope(cluster, settings, sender, epoch, seq, tuple(messages))
+
+
+# Gossip repeats itself: the same state message (same bytes) arrives many times, from many
+# peers (and, in a simulation, at many members of one process). Decoding and validating it
+# is a pure function of its bytes (the limit above cannot bind: a message is shorter than
+# its datagram), and messages are immutable, so valid state messages are decoded once and
+# shared. Pings and acks are unique (they carry sequence numbers) and are not cached.
+_CACHED_TYPES = (Alive, Suspect, Dead)
+_DECODED_MAX = 4096
+_decoded: dict[bytes, Message] = {}
 
 
 def _from_wire(raw: Any) -> Message:
