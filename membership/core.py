@@ -161,6 +161,8 @@ class Swim:
         self._live_peers: list[str] = []
         self._live_pos: dict[str, int] = {}
         self._dead_since: dict[str, float] = {}
+        # "id\x00incarnation" of every live member, us included: what the view checksum hashes.
+        self._live_entries: dict[str, str] = {node_id: f"{node_id}\x00{incarnation}"}
         # No dead or left member became so before this time (a lower bound), so the reclaim
         # scan of the whole view runs only when one may be due.
         self._reclaim_from = math.inf
@@ -219,8 +221,7 @@ class Swim:
     def view_checksum(self) -> int:
         """CRC-32 of the sorted (id, incarnation) of live members; rides on every ack."""
         if self._checksum is None:
-            live = sorted(f"{m.node_id}\x00{m.incarnation}" for m in self._members.values()
-                          if m.status in LIVE_STATUSES)
+            live = sorted(self._live_entries.values())
             self._checksum = zlib.crc32("\x01".join(live).encode())
         return self._checksum
 
@@ -378,7 +379,11 @@ class Swim:
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
-        carried_state = any(isinstance(m, (Alive, Suspect, Dead)) for m in env.messages)
+        carried_state = False
+        for msg in env.messages:
+            if isinstance(msg, (Alive, Suspect, Dead)):
+                carried_state = True
+                break
         in_sync: PushPull | None = None
         for msg in env.messages:
             if isinstance(msg, PushPull):
@@ -472,6 +477,7 @@ class Swim:
             m = _Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             self._members[msg.node] = m
             self._index_live(msg.node)
+            self._live_changed(m)
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
             self._broadcast(msg)
@@ -484,7 +490,7 @@ class Swim:
         self._suspicions.pop(msg.node, None)
         if old_status != ALIVE:
             self._set_status(m, ALIVE, now)
-        self._checksum = None
+        self._live_changed(m)
         if old_status in (DEAD, LEFT):
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
@@ -556,7 +562,7 @@ class Swim:
             k, max_s = 0, min_s  # plain SWIM: one fixed suspicion timeout
         was_alive = m.status == ALIVE
         m.incarnation = incarnation
-        self._checksum = None
+        self._live_changed(m)
         if was_alive:
             self._set_status(m, SUSPECT, now)
         self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
@@ -590,7 +596,7 @@ class Swim:
     def _bump_incarnation(self, at_least: int) -> None:
         me = self._self
         me.incarnation = max(me.incarnation, at_least) + 1
-        self._checksum = None
+        self._live_changed(me)
         self._broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
     def _set_changed(self, m: _Member, kind: str, now: float) -> None:
@@ -602,7 +608,7 @@ class Swim:
         was_live = m.status in LIVE_STATUSES
         m.status = status
         m.since = now
-        self._checksum = None
+        self._live_changed(m)
         if m is self._self:
             return
         if status in (DEAD, LEFT):
@@ -621,6 +627,14 @@ class Swim:
                 self._live_peers[pos] = last
                 self._live_pos[last] = pos
 
+    def _live_changed(self, m: _Member) -> None:
+        """``m``'s status or incarnation changed: keep the checksum's entries in step."""
+        self._checksum = None
+        if m.status in LIVE_STATUSES:
+            self._live_entries[m.node_id] = f"{m.node_id}\x00{m.incarnation}"
+        else:
+            self._live_entries.pop(m.node_id, None)
+
     def _index_live(self, node_id: str) -> None:
         self._live_pos[node_id] = len(self._live_peers)
         self._live_peers.append(node_id)
@@ -638,6 +652,8 @@ class Swim:
         assert set(self._dead_since) == {k for k, m in self._members.items() if m.status == DEAD}, "dead index"
         assert set(self._suspicions) <= {k for k, m in self._members.items() if m.status == SUSPECT}, "suspicions"
         assert self._self.status in (ALIVE, LEFT), "self status"
+        assert self._live_entries == {k: f"{k}\x00{m.incarnation}" for k, m in self._members.items()
+                                      if m.status in LIVE_STATUSES}, "checksum entries"
 
     def _broadcast(self, msg: Alive | Suspect | Dead) -> None:
         self._queue.push(msg.node, self._codec.encode_message(msg))
@@ -727,10 +743,11 @@ class Swim:
 
     def _send(self, addr: Addr, head: Sequence[bytes], piggyback: bool = True) -> None:
         """Send ``head`` (pre-encoded messages) to ``addr``, filling the rest with gossip."""
-        budget = self._codec.capacity() - sum(self._codec.message_cost(b) for b in head)
         blobs = list(head)
-        if piggyback:
-            blobs += self._queue.take(budget, self._codec.message_cost, self._retransmit_limit())
+        if piggyback and self._queue:
+            cost = Codec.message_cost
+            budget = self._codec.capacity() - sum(map(cost, head))
+            blobs += self._queue.take(budget, cost, self._retransmit_limit())
         self._emit(self._codec.seal(blobs), addr)
 
     def _emit(self, datagram: bytes, addr: Addr) -> None:
@@ -749,10 +766,10 @@ class Swim:
         self._next_gossip_at = now + self.config.gossip_interval_s
         horizon = now - self.config.gossip_to_dead_s
         peers = self._live_peers + [k for k, since in self._dead_since.items() if since >= horizon]
+        capacity, limit = self._codec.capacity(), self._retransmit_limit()
         for peer_id in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
             peer = self._members[peer_id]
-            blobs = self._queue.take(self._codec.capacity(), self._codec.message_cost,
-                                     self._retransmit_limit())
+            blobs = self._queue.take(capacity, Codec.message_cost, limit)
             if not blobs:
                 break
             self.stats["gossip_datagrams"] += 1

@@ -10,19 +10,23 @@ probability while per-member load stays constant.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Callable
 
 __all__ = ["BroadcastQueue"]
 
 
 class _Item:
-    __slots__ = ("key", "blob", "transmits", "order")
+    __slots__ = ("key", "blob", "transmits", "age")
 
     def __init__(self, key: str, blob: bytes, order: int) -> None:
         self.key = key
         self.blob = blob
         self.transmits = 0
-        self.order = order
+        self.age = -order  # newer items sort first
+
+
+_URGENCY = attrgetter("transmits", "age")  # fewest transmissions first, then newest
 
 
 class BroadcastQueue:
@@ -57,7 +61,7 @@ class BroadcastQueue:
         if not self._items or budget <= 0:
             return []
         chosen: list[bytes] = []
-        for item in sorted(self._items.values(), key=lambda i: (i.transmits, -i.order)):
+        for item in sorted(self._items.values(), key=_URGENCY):
             c = cost(item.blob)
             if c > budget:
                 continue

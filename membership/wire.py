@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import msgpack
 from cryptography.exceptions import InvalidTag
@@ -45,6 +44,8 @@ _FLAG_ENCRYPTED = 1
 _NONCE_LEN = 12
 _TAG_LEN = 16
 _ENCRYPTION_OVERHEAD = _NONCE_LEN + _TAG_LEN
+_PREFIX_PLAIN = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_PLAIN))
+_PREFIX_ENCRYPTED = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_ENCRYPTED))
 
 _MAX_ID = 128          # node ids, cluster name
 _MAX_TEXT = 512        # http address, reasons, settings fingerprint, tags
@@ -63,8 +64,7 @@ class Drop(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):  # immutable, and cheap to build once per datagram
     cluster: str
     settings: str
     sender: str
@@ -135,6 +135,9 @@ class Keyring:
         raise Drop("decrypt_failed")
 
 
+_WINDOW_MASK = (1 << 64) - 1
+
+
 class ReplayFilter:
     """Drops datagrams whose (sender, epoch, seq) was already seen or is too old.
 
@@ -143,7 +146,7 @@ class ReplayFilter:
     the window. At most ``max_senders`` entries are kept (oldest evicted).
     """
 
-    WINDOW = 64
+    WINDOW = 64  # bits of _WINDOW_MASK
 
     def __init__(self, max_senders: int = 4096) -> None:
         self._state: dict[str, tuple[int, int, int]] = {}
@@ -158,8 +161,10 @@ class ReplayFilter:
         _, top, bitmap = state
         if seq > top:
             shift = seq - top
-            bitmap = ((bitmap << shift) | 1) & ((1 << self.WINDOW) - 1) if shift < self.WINDOW else 1
-            self._store(sender, (epoch, seq, bitmap))
+            bitmap = ((bitmap << shift) | 1) & _WINDOW_MASK if shift < self.WINDOW else 1
+            # Move to the end (most recently updated; the size does not change).
+            del self._state[sender]
+            self._state[sender] = (epoch, seq, bitmap)
             return True
         offset = top - seq
         if offset >= self.WINDOW or bitmap >> offset & 1:
@@ -190,6 +195,7 @@ class Codec:
         # Envelope size with no messages and the widest possible seq, plus 3 bytes for an
         # array header of up to 65535 messages.
         self._envelope_overhead = len(msgpack.packb([cluster, settings, sender, epoch, _U64, []])) + 3
+        self._capacity_plain = self.mtu_bytes - _PREFIX_LEN - self._envelope_overhead
 
     # --- sending ---
 
@@ -198,10 +204,9 @@ class Codec:
 
     def capacity(self) -> int:
         """Bytes available for ``message_cost``-sized messages in one datagram."""
-        overhead = _PREFIX_LEN + self._envelope_overhead
         if self.keyring.enabled:
-            overhead += _ENCRYPTION_OVERHEAD
-        return self.mtu_bytes - overhead
+            return self._capacity_plain - _ENCRYPTION_OVERHEAD
+        return self._capacity_plain
 
     @staticmethod
     def message_cost(blob: bytes) -> int:
@@ -214,9 +219,8 @@ class Codec:
         envelope = msgpack.packb([self.cluster, self.settings, self.sender, self.epoch, self._seq,
                                   list(blobs)], use_bin_type=True)
         if self.keyring.enabled:
-            prefix = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_ENCRYPTED))
-            return prefix + self.keyring.seal(prefix, envelope)
-        return MAGIC + bytes((PROTOCOL_VERSION, _FLAG_PLAIN)) + envelope
+            return _PREFIX_ENCRYPTED + self.keyring.seal(_PREFIX_ENCRYPTED, envelope)
+        return _PREFIX_PLAIN + envelope
 
     # --- receiving ---
 
@@ -297,13 +301,12 @@ def _decode_envelope(body: bytes, limit: int) -> Envelope:
     raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
                           max_str_len=limit, max_bin_len=limit,
                           max_array_len=_MAX_MESSAGES, max_map_len=_MAX_TAGS, max_ext_len=0)
-    items = _list(raw, 6)
-    cluster = _text(items[0], _MAX_ID)
-    settings = _text(items[1], _MAX_TEXT)
-    sender = _node_id(items[2])
-    epoch = _uint(items[3])
-    seq = _uint(items[4])
-    blobs = items[5]
+    cluster, settings, sender, epoch, seq, blobs = _list(raw, 6)
+    _text(cluster, _MAX_ID)
+    _text(settings, _MAX_TEXT)
+    _node_id(sender)
+    _uint(epoch)
+    _uint(seq)
     if type(blobs) is not list:
         raise Drop("malformed")
     messages = []
