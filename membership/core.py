@@ -305,7 +305,8 @@ class Swim:
 
     def handle_timer(self, now: float) -> None:
         """Run all work that is due at ``now`` (calling it early is harmless)."""
-        self._expire_relays(now)
+        if self._relays:
+            self._expire_relays(now)
         if self._probe is not None and not self._probe.acked and not self._probe.indirect_sent \
                 and now >= self._probe.timeout_at:
             self._send_indirect_probes(now)
@@ -316,8 +317,9 @@ class Swim:
         if not self._leaving and now >= self._next_probe_at:
             self._finish_probe(now)
             self._start_probe(now)
-        for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
-            self._suspicion_expired(node_id, now)
+        if self._suspicions:
+            for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
+                self._suspicion_expired(node_id, now)
         if self._queue and now >= self._next_gossip_at:
             self._gossip(now)
         if self._next_join_at is not None and now >= self._next_join_at:
@@ -386,18 +388,18 @@ class Swim:
                 break
         in_sync: PushPull | None = None
         for msg in env.messages:
-            if isinstance(msg, PushPull):
-                in_sync = msg
+            if isinstance(msg, Ping):
+                self._on_ping(msg, env.sender, addr, now)
+            elif isinstance(msg, Ack):
+                self._on_ack(msg, env.sender, addr, carried_state, now)
             elif isinstance(msg, Alive):
                 self._on_alive(msg, now)
             elif isinstance(msg, Suspect):
                 self._on_suspect(msg, now)
             elif isinstance(msg, Dead):
                 self._on_dead(msg, now, synced_by=env.sender if in_sync else None)
-            elif isinstance(msg, Ping):
-                self._on_ping(msg, env.sender, addr, now)
-            elif isinstance(msg, Ack):
-                self._on_ack(msg, env.sender, addr, carried_state, now)
+            elif isinstance(msg, PushPull):
+                in_sync = msg
             elif isinstance(msg, Nack):
                 if self._probe is not None and self._probe.seq == msg.seq:
                     self._probe.nacks += 1
