@@ -278,8 +278,9 @@ class Swim:
 
     def receive_datagram(self, data: bytes, addr: Addr, now: float) -> None:
         """Process one received datagram. Never raises; invalid input is dropped and counted."""
-        self.stats["datagrams_in"] += 1
-        self.stats["bytes_in"] += len(data)
+        stats = self.stats
+        stats["datagrams_in"] += 1
+        stats["bytes_in"] += len(data)
         addr = (addr[0], addr[1])
         try:
             env = self._codec.open(data)
@@ -338,7 +339,10 @@ class Swim:
             if s.deadline < t:
                 t = s.deadline
         if not self._leaving:
-            t = min(t, self._next_probe_at, self._next_dead_retry_at)
+            if self._next_probe_at < t:
+                t = self._next_probe_at
+            if self._next_dead_retry_at < t:
+                t = self._next_dead_retry_at
             p = self._probe
             if p is not None and not p.acked and not p.indirect_sent and p.timeout_at < t:
                 t = p.timeout_at
@@ -753,8 +757,9 @@ class Swim:
         self._emit(self._codec.seal(blobs), addr)
 
     def _emit(self, datagram: bytes, addr: Addr) -> None:
-        self.stats["datagrams_out"] += 1
-        self.stats["bytes_out"] += len(datagram)
+        stats = self.stats
+        stats["datagrams_out"] += 1
+        stats["bytes_out"] += len(datagram)
         self._outbox.append((datagram, addr))
 
     def _retransmit_limit(self) -> int:

@@ -199,7 +199,8 @@ class SwimNode(Node):
         core, sim = self.core, self.sim
         for data, dst in core.datagrams_to_send():
             sim.send(self, data, dst)
-        for ev in core.events():
+        ev = core.next_event()
+        while ev is not None:
             if isinstance(ev, MemberEvent):
                 m = ev.member
                 view = self.view
@@ -213,6 +214,7 @@ class SwimNode(Node):
                     self._view_version += 1
                 self.joined = True
                 self._on_event(self, ev)
+            ev = core.next_event()
         if self.leaving and core.leave_broadcast_done:
             # Stop a moment later, as a real process would after flushing its sockets.
             sim.node_at(self, sim.now + 0.5, self.crash)
@@ -229,7 +231,7 @@ class SwimNode(Node):
     # ------------------------------------------------------------------ observing
 
     def leads(self) -> np.ndarray:
-        if not self.up or not self.joined or self.self_status() != "alive":
+        if not self.up or not self.joined or self.core is None or self.core.status != "alive":
             return _EMPTY
         if self._table_version != self._view_version:
             self._table = self.placement.table(self.view, self._table)
