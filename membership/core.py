@@ -772,7 +772,9 @@ class Swim:
     def _gossip(self, now: float) -> None:
         self._next_gossip_at = now + self.config.gossip_interval_s
         horizon = now - self.config.gossip_to_dead_s
-        peers = self._live_peers + [k for k, since in self._dead_since.items() if since >= horizon]
+        peers = self._live_peers
+        if self._dead_since:
+            peers = peers + [k for k, since in self._dead_since.items() if since >= horizon]
         capacity, limit = self._codec.capacity(), self._retransmit_limit()
         for peer_id in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
             peer = self._members[peer_id]

@@ -83,12 +83,11 @@ class Keyring:
     def __init__(self, keys: Sequence[bytes] = ()) -> None:
         self._keys: list[bytes] = []
         self._aead: dict[bytes, AESGCM] = {}
+        #: Whether datagrams are encrypted: there is a key. Read on every datagram, so an
+        #: attribute; once set it stays (the last key, the primary, cannot be removed).
+        self.enabled = False
         for key in keys:
             self.install(key)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._keys)
 
     @property
     def keys(self) -> tuple[bytes, ...]:
@@ -101,6 +100,7 @@ class Keyring:
         if key not in self._aead:
             self._keys.append(key)
             self._aead[key] = AESGCM(key)
+            self.enabled = True
 
     def use(self, key: bytes) -> None:
         """Make an installed key the primary (encrypting) key."""
