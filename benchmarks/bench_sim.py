@@ -40,9 +40,9 @@ def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:
 
 def speed(n: int, sim_s: float, repeat: int, seed: int) -> None:
     specs = {
-        "steady": dict(name="steady"),
-        "crash-many": dict(name="crash-many", params={"count": int(sim_s // 30), "every_s": 30.0}),
-        "loss5": dict(name="loss", params={"loss": 0.05, "crash_at_s": -1.0}),
+        "steady": {"name": "steady"},
+        "crash-many": {"name": "crash-many", "params": {"count": int(sim_s // 30), "every_s": 30.0}},
+        "loss5": {"name": "loss", "params": {"loss": 0.05, "crash_at_s": -1.0}},
     }
     for key, spec in specs.items():
         spec = dict(spec)

@@ -85,7 +85,7 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
     ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, JoinRefused,
-    MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    MemberEvent, MemberInfo, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
@@ -332,17 +332,12 @@ class Swim:
         """The next time ``handle_timer`` has work to do (None: only input can create work)."""
         # Called after every input, so no lists: a running minimum.
         t = math.inf
-        for r in self._relays.values():
-            if r.deadline < t:
-                t = r.deadline
-        for s in self._suspicions.values():
-            if s.deadline < t:
-                t = s.deadline
+        if self._relays:
+            t = min(r.deadline for r in self._relays.values())
+        if self._suspicions:
+            t = min(t, min(s.deadline for s in self._suspicions.values()))
         if not self._leaving:
-            if self._next_probe_at < t:
-                t = self._next_probe_at
-            if self._next_dead_retry_at < t:
-                t = self._next_dead_retry_at
+            t = min(t, self._next_probe_at, self._next_dead_retry_at)
             p = self._probe
             if p is not None and not p.acked and not p.indirect_sent and p.timeout_at < t:
                 t = p.timeout_at
@@ -422,12 +417,13 @@ class Swim:
             # Another process now lives at the address we hold for ``msg.target``.
             self.stats["misdirected_pings"] += 1
             return
-        head = [Ack(msg.seq, self.view_checksum)]
+        encode = self._codec.encode_message
+        head = [encode(Ack(msg.seq, self.view_checksum))]
         known = self._members.get(sender)
         if known is not None and known.status in (SUSPECT, DEAD):
             # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
-            head.append(self._state_message(known))
-        self._send(addr, [self._codec.encode_message(m) for m in head])
+            head.append(encode(self._state_message(known)))
+        self._send(addr, head)
 
     def _on_ack(self, msg: Ack, sender: str, addr: Addr, carried_state: bool, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
@@ -705,12 +701,13 @@ class Swim:
             return
         self._probe = _Probe(self._next_seq(), target.node_id,
                              now + self._awareness.scale(self.config.probe_timeout_s))
-        head: list[Message] = [Ping(self._probe.seq, target.node_id)]
+        encode = self._codec.encode_message
+        head = [encode(Ping(self._probe.seq, target.node_id))]
         if self.config.lifeguard and target.status == SUSPECT:
             # Buddy system (Lifeguard IV-C): tell the suspect it is suspected.
-            head.append(Suspect(target.node_id, target.incarnation, self.node_id))
+            head.append(encode(Suspect(target.node_id, target.incarnation, self.node_id)))
         self.stats["probes_sent"] += 1
-        self._send(target.addr, [self._codec.encode_message(m) for m in head])
+        self._send(target.addr, head)
 
     def _send_indirect_probes(self, now: float) -> None:
         probe = self._probe

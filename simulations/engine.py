@@ -188,7 +188,7 @@ class Simulation:
         net = self.network
         if net.blocked and (src.node_id, dst.node_id) in net.blocked:
             return
-        link = net.link(src.node_id, dst.node_id)
+        link = net.links.get((src.node_id, dst.node_id), net.default) if net.links else net.default
         if link.loss and self.net_rng.random() < link.loss:
             return
         arrive = self.now + link.delay(self.net_rng) + dst.lag_s  # >= now
