@@ -304,12 +304,13 @@ def _decode_envelope(body: bytes, limit: int) -> Envelope:
                           max_str_len=limit, max_bin_len=limit,
                           max_array_len=_MAX_MESSAGES, max_map_len=_MAX_TAGS, max_ext_len=0)
     cluster, settings, sender, epoch, seq, blobs = _list(raw, 6)
-    _text(cluster, _MAX_ID)
-    _text(settings, _MAX_TEXT)
-    _node_id(sender)
-    _uint(epoch)
-    _uint(seq)
-    if type(blobs) is not list:
+    # The checks of _text, _node_id and _uint, inlined (once per datagram).
+    if type(cluster) is not str or len(cluster) > _MAX_ID \
+            or type(settings) is not str or len(settings) > _MAX_TEXT \
+            or type(sender) is not str or not 0 < len(sender) <= _MAX_ID \
+            or type(epoch) is not int or not 0 <= epoch <= _U64 \
+            or type(seq) is not int or not 0 <= seq <= _U64 \
+            or type(blobs) is not list:
         raise Drop("malformed")
     messages = []
     for blob in blobs:
