@@ -17,13 +17,15 @@ __all__ = ["BroadcastQueue"]
 
 
 class _Item:
-    __slots__ = ("key", "blob", "transmits", "age")
+    __slots__ = ("key", "blob", "transmits", "age", "cost", "cost_fn")
 
     def __init__(self, key: str, blob: bytes, order: int) -> None:
         self.key = key
         self.blob = blob
         self.transmits = 0
         self.age = -order  # newer items sort first
+        self.cost = 0
+        self.cost_fn: Callable[[bytes], int] | None = None  # what ``cost`` was computed with
 
 
 _URGENCY = attrgetter("transmits", "age")  # fewest transmissions first, then newest
@@ -51,6 +53,7 @@ class BroadcastQueue(dict):
         old = self.get(key)
         if old is not None:
             old.blob = blob
+            old.cost_fn = None
 
     def transmits(self, key: str) -> int | None:
         item = self.get(key)
@@ -62,7 +65,9 @@ class BroadcastQueue(dict):
             return []
         chosen: list[bytes] = []
         for item in sorted(self.values(), key=_URGENCY):
-            c = cost(item.blob)
+            if item.cost_fn is not cost:  # an item is offered many times: size it once
+                item.cost, item.cost_fn = cost(item.blob), cost
+            c = item.cost
             if c > budget:
                 continue
             budget -= c
