@@ -227,6 +227,20 @@ class Codec:
 
     def open(self, data: bytes) -> Envelope:
         """Decode and validate a datagram; raise ``Drop(reason)`` for anything invalid."""
+        if type(data) is bytes and data[:_PREFIX_LEN] == _PREFIX_PLAIN and not self.keyring.enabled \
+                and _PREFIX_LEN < len(data) <= self.max_receive_bytes:
+            body = data[_PREFIX_LEN:]  # the usual case: every check below passes
+        else:
+            body = self._checked_body(data)
+        try:
+            return _decode_envelope(body, self.max_receive_bytes)
+        except Drop:
+            raise
+        except Exception:  # msgpack raises many types on garbage; all mean the same here
+            raise Drop("malformed") from None
+
+    def _checked_body(self, data: bytes) -> bytes:
+        """The envelope bytes of ``data`` (decrypted if need be), or ``Drop``."""
         if len(data) > self.max_receive_bytes:
             raise Drop("oversized")
         if len(data) < _PREFIX_LEN + 1:
@@ -246,12 +260,7 @@ class Codec:
                 raise Drop("unencrypted")
         else:
             raise Drop("bad_flags")
-        try:
-            return _decode_envelope(body, self.max_receive_bytes)
-        except Drop:
-            raise
-        except Exception:  # msgpack raises many types on garbage; all mean the same here
-            raise Drop("malformed") from None
+        return body
 
 
 # --- encoding of single messages -------------------------------------------------------------
