@@ -1,10 +1,17 @@
 """The project's simulation goals (issue 5), measured at N=256 with the default config.
 
     python benchmarks/bench_sim.py [--nodes 256] [--hour 3600] [--stalls 600] [--seed 1] [--out out/goals] [--only NAME]
+    python benchmarks/bench_sim.py --speed [--nodes 256] [--speed-s 300] [--repeat 3]
 
 Runs each goal scenario once (one process, one core), writes each run's metrics.json under
 --out, and prints the goals table recorded in docs/simulations.md. Long: the 1-hour loss run
 dominates (see docs/simulations.md for measured wall times).
+
+``--speed`` measures only the simulator's speed (the "256 nodes x 1 simulated hour in <= 60 s
+wall" goal): ``steady``, ``crash-many`` (one kill every 30 s) and ``loss`` at 5% for
+``--speed-s`` simulated seconds after warm-up, each ``--repeat`` times; prints simulated
+seconds per wall second and the wall seconds one simulated hour would take, best of the
+repeats (the machine may be shared: the best run is the least disturbed one).
 """
 
 from __future__ import annotations
@@ -31,6 +38,25 @@ def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:
     }
 
 
+def speed(n: int, sim_s: float, repeat: int, seed: int) -> None:
+    specs = {
+        "steady": {"name": "steady"},
+        "crash-many": {"name": "crash-many", "params": {"count": int(sim_s // 30), "every_s": 30.0}},
+        "loss5": {"name": "loss", "params": {"loss": 0.05, "crash_at_s": -1.0}},
+    }
+    for key, spec in specs.items():
+        spec = dict(spec)
+        name = spec.pop("name")
+        walls = []
+        for _ in range(repeat):
+            r = run_scenario(name, nodes=n, duration_s=sim_s, seed=seed, **spec)
+            walls.append(r["wall_s"])
+        best = min(walls)
+        print(f"{key:<11} N={n} {sim_s:g} s simulated: wall {', '.join(f'{w:.1f}' for w in walls)} s; "
+              f"best {sim_s / best:.1f} simulated s per wall s = {3600 * best / sim_s:.0f} s wall "
+              f"per simulated hour", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256)
@@ -39,7 +65,13 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="out/goals")
     ap.add_argument("--only", action="append", help="run only these goal runs (repeatable)")
+    ap.add_argument("--speed", action="store_true", help="measure simulator speed only (see above)")
+    ap.add_argument("--speed-s", type=float, default=300.0, help="simulated seconds per --speed run")
+    ap.add_argument("--repeat", type=int, default=3, help="--speed: runs per scenario (best counts)")
     args = ap.parse_args()
+    if args.speed:
+        speed(args.nodes, args.speed_s, args.repeat, args.seed)
+        return 0
     os.makedirs(args.out, exist_ok=True)
     for key, spec in runs(args.nodes, args.hour, args.stalls).items():
         if args.only and key not in args.only:

@@ -92,7 +92,7 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
     ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, JoinRefused,
-    MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    MemberEvent, MemberInfo, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
@@ -168,6 +168,12 @@ class Swim:
         self._live_peers: list[str] = []
         self._live_pos: dict[str, int] = {}
         self._dead_since: dict[str, float] = {}
+        # "id\x00incarnation" of every live member, us included: what the view checksum hashes.
+        self._live_entries: dict[str, str] = {node_id: f"{node_id}\x00{incarnation}"}
+        # No dead or left member became so before this time (a lower bound), so the reclaim
+        # scan of the whole view runs only when one may be due.
+        self._reclaim_from = math.inf
+        self._retransmit_limits: dict[int, int] = {}  # live count -> limit
         self._awareness = Awareness(config.awareness_max_multiplier, enabled=config.lifeguard)
         self._woke_at = -math.inf  # when the driver last reported a loop stall (see handle_timer)
         self.keyring = Keyring(config.keys)
@@ -206,6 +212,11 @@ class Swim:
         return self._self.incarnation
 
     @property
+    def status(self) -> str:
+        """Our own status: ``alive``, or ``left`` after ``leave``."""
+        return self._self.status
+
+    @property
     def meta(self) -> Meta:
         return self._self.meta
 
@@ -218,8 +229,7 @@ class Swim:
     def view_checksum(self) -> int:
         """CRC-32 of the sorted (id, incarnation) of live members; rides on every ack."""
         if self._checksum is None:
-            live = sorted(f"{m.node_id}\x00{m.incarnation}" for m in self._members.values()
-                          if m.status in LIVE_STATUSES)
+            live = sorted(self._live_entries.values())
             self._checksum = zlib.crc32("\x01".join(live).encode())
         return self._checksum
 
@@ -277,8 +287,9 @@ class Swim:
 
     def receive_datagram(self, data: bytes, addr: Addr, now: float) -> None:
         """Process one received datagram. Never raises; invalid input is dropped and counted."""
-        self.stats["datagrams_in"] += 1
-        self.stats["bytes_in"] += len(data)
+        stats = self.stats
+        stats["datagrams_in"] += 1
+        stats["bytes_in"] += len(data)
         addr = (addr[0], addr[1])
         try:
             env = self._codec.open(data)
@@ -304,7 +315,8 @@ class Swim:
 
     def handle_timer(self, now: float) -> None:
         """Run all work that is due at ``now`` (calling it early is harmless)."""
-        self._expire_relays(now)
+        if self._relays:
+            self._expire_relays(now)
         if self._probe is not None and not self._probe.acked and not self._probe.indirect_sent \
                 and now >= self._probe.timeout_at:
             self._send_indirect_probes(now)
@@ -315,22 +327,23 @@ class Swim:
         if not self._leaving and now >= self._next_probe_at:
             self._finish_probe(now)
             self._start_probe(now)
-        if self._awareness.enabled:
-            self._last_chance_pings(now)
-        for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
-            s = self._suspicions[node_id]
+        if self._suspicions:
+            if self._awareness.enabled:
+                self._last_chance_pings(now)
             threshold = self.config.loop_lag_threshold_s
-            if self._awareness.enabled and (now - s.deadline > threshold or now - self._woke_at < threshold):
-                # Local-health-aware verdict (our addition to Lifeguard IV-A): the timer fired
-                # late, or we have just woken from a stall the driver reported, so the
-                # suspect's refutation may be sitting unread in our socket buffer. Read first,
-                # judge one probe interval later. Measured in the `stalls` scenario (N=64,
-                # 300 s): 8 of 10 false deaths were declared by a member at the instant it
-                # woke from its own stall.
-                self.stats["verdicts_deferred"] += 1
-                s.defer(now + self.config.probe_interval_s)
-                continue
-            self._suspicion_expired(node_id, now)
+            for node_id in [n for n, s in self._suspicions.items() if s.deadline <= now]:
+                s = self._suspicions[node_id]
+                if self._awareness.enabled and (now - s.deadline > threshold or now - self._woke_at < threshold):
+                    # Local-health-aware verdict (our addition to Lifeguard IV-A): the timer
+                    # fired late, or we have just woken from a stall the driver reported, so
+                    # the suspect's refutation may be sitting unread in our socket buffer. Read
+                    # first, judge one probe interval later. Measured in the `stalls` scenario
+                    # (N=64, 300 s): 8 of 10 false deaths were declared by a member at the
+                    # instant it woke from its own stall.
+                    self.stats["verdicts_deferred"] += 1
+                    s.defer(now + self.config.probe_interval_s)
+                    continue
+                self._suspicion_expired(node_id, now)
         if self._queue and now >= self._next_gossip_at:
             self._gossip(now)
         if self._next_join_at is not None and now >= self._next_join_at:
@@ -340,22 +353,27 @@ class Swim:
 
     def get_timer(self) -> float | None:
         """The next time ``handle_timer`` has work to do (None: only input can create work)."""
-        deadlines = [r.deadline for r in self._relays.values()]
-        deadlines.extend(s.deadline for s in self._suspicions.values())
-        if self._awareness.enabled:
-            ahead = self.config.probe_timeout_s
-            deadlines.extend(s.deadline - ahead for s in self._suspicions.values() if not s.last_chance_sent)
+        # Called after every input, so no lists: a running minimum.
+        t = math.inf
+        if self._relays:
+            t = min(r.deadline for r in self._relays.values())
+        if self._suspicions:
+            t = min(t, min(s.deadline for s in self._suspicions.values()))
+            if self._awareness.enabled:  # last-chance pings, one probe timeout before a verdict
+                ahead = self.config.probe_timeout_s
+                for s in self._suspicions.values():
+                    if not s.last_chance_sent and s.deadline - ahead < t:
+                        t = s.deadline - ahead
         if not self._leaving:
-            deadlines.append(self._next_probe_at)
-            deadlines.append(self._next_dead_retry_at)
+            t = min(t, self._next_probe_at, self._next_dead_retry_at)
             p = self._probe
-            if p is not None and not p.acked and not p.indirect_sent:
-                deadlines.append(p.timeout_at)
-        if self._queue:
-            deadlines.append(self._next_gossip_at)
-        if self._next_join_at is not None:
-            deadlines.append(self._next_join_at)
-        return min(deadlines) if deadlines else None
+            if p is not None and not p.acked and not p.indirect_sent and p.timeout_at < t:
+                t = p.timeout_at
+        if self._queue and self._next_gossip_at < t:
+            t = self._next_gossip_at
+        if self._next_join_at is not None and self._next_join_at < t:
+            t = self._next_join_at
+        return None if t == math.inf else t
 
     def datagrams_to_send(self) -> list[tuple[bytes, Addr]]:
         """Drain the outbox: (datagram, destination address) pairs, each <= mtu_bytes."""
@@ -390,8 +408,12 @@ class Swim:
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
-        carried_state = any(isinstance(m, (Alive, Suspect, Dead)) for m in env.messages)
-        accused = any(isinstance(m, Suspect) and m.node == self.node_id for m in env.messages)
+        carried_state = accused = False
+        for msg in env.messages:
+            if isinstance(msg, (Alive, Suspect, Dead)):
+                carried_state = True
+                if isinstance(msg, Suspect) and msg.node == self.node_id:
+                    accused = True
         if accused and any(isinstance(m, Ping) for m in env.messages):
             # A ping that carries a suspicion of us (buddy system): refute before acking, so
             # the ack itself carries the refutation (see _on_ping).
@@ -400,18 +422,18 @@ class Swim:
                     self._on_suspect(m, now)
         in_sync: PushPull | None = None
         for msg in env.messages:
-            if isinstance(msg, PushPull):
-                in_sync = msg
+            if isinstance(msg, Ping):
+                self._on_ping(msg, env.sender, addr, now, accused)
+            elif isinstance(msg, Ack):
+                self._on_ack(msg, env.sender, addr, carried_state, now)
             elif isinstance(msg, Alive):
                 self._on_alive(msg, now)
             elif isinstance(msg, Suspect):
                 self._on_suspect(msg, now)
             elif isinstance(msg, Dead):
                 self._on_dead(msg, now, synced_by=env.sender if in_sync else None)
-            elif isinstance(msg, Ping):
-                self._on_ping(msg, env.sender, addr, now, accused)
-            elif isinstance(msg, Ack):
-                self._on_ack(msg, env.sender, addr, carried_state, now)
+            elif isinstance(msg, PushPull):
+                in_sync = msg
             elif isinstance(msg, Nack):
                 if self._probe is not None and self._probe.seq == msg.seq:
                     self._probe.nacks += 1
@@ -430,18 +452,19 @@ class Swim:
             # Another process now lives at the address we hold for ``msg.target``.
             self.stats["misdirected_pings"] += 1
             return
-        head: list[Message] = [Ack(msg.seq, self.view_checksum)]
+        encode = self._codec.encode_message
+        head = [encode(Ack(msg.seq, self.view_checksum))]
         if accused:
             # The pinger suspects us: our refutation goes in the ack itself rather than from
             # the gossip queue, whose retransmit limit runs out when a member that woke from a
             # stall answers a backlog of such pings at once.
             me = self._self
-            head.append(Alive(self.node_id, me.incarnation, me.addr, me.meta))
+            head.append(encode(Alive(self.node_id, me.incarnation, me.addr, me.meta)))
         known = self._members.get(sender)
         if known is not None and known.status in (SUSPECT, DEAD):
             # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
-            head.append(self._state_message(known))
-        self._send(addr, [self._codec.encode_message(m) for m in head])
+            head.append(encode(self._state_message(known)))
+        self._send(addr, head)
 
     def _on_ack(self, msg: Ack, sender: str, addr: Addr, carried_state: bool, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
@@ -497,6 +520,7 @@ class Swim:
             m = _Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             self._members[msg.node] = m
             self._index_live(msg.node)
+            self._live_changed(m)
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
             self._broadcast(msg)
@@ -509,7 +533,7 @@ class Swim:
         self._suspicions.pop(msg.node, None)
         if old_status != ALIVE:
             self._set_status(m, ALIVE, now)
-        self._checksum = None
+        self._live_changed(m)
         if old_status in (DEAD, LEFT):
             self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
@@ -581,7 +605,7 @@ class Swim:
             k, max_s = 0, min_s  # plain SWIM: one fixed suspicion timeout
         was_alive = m.status == ALIVE
         m.incarnation = incarnation
-        self._checksum = None
+        self._live_changed(m)
         if was_alive:
             self._set_status(m, SUSPECT, now)
         self._suspicions[m.node_id] = Suspicion(incarnation=incarnation, accuser=accuser,
@@ -634,7 +658,7 @@ class Swim:
     def _bump_incarnation(self, at_least: int) -> None:
         me = self._self
         me.incarnation = max(me.incarnation, at_least) + 1
-        self._checksum = None
+        self._live_changed(me)
         self._broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
     def _set_changed(self, m: _Member, kind: str, now: float) -> None:
@@ -646,9 +670,11 @@ class Swim:
         was_live = m.status in LIVE_STATUSES
         m.status = status
         m.since = now
-        self._checksum = None
+        self._live_changed(m)
         if m is self._self:
             return
+        if status in (DEAD, LEFT):
+            self._reclaim_from = min(self._reclaim_from, now)
         if status == DEAD:
             self._dead_since[m.node_id] = now
         else:
@@ -662,6 +688,14 @@ class Swim:
             if last != m.node_id:
                 self._live_peers[pos] = last
                 self._live_pos[last] = pos
+
+    def _live_changed(self, m: _Member) -> None:
+        """``m``'s status or incarnation changed: keep the checksum's entries in step."""
+        self._checksum = None
+        if m.status in LIVE_STATUSES:
+            self._live_entries[m.node_id] = f"{m.node_id}\x00{m.incarnation}"
+        else:
+            self._live_entries.pop(m.node_id, None)
 
     def _index_live(self, node_id: str) -> None:
         self._live_pos[node_id] = len(self._live_peers)
@@ -680,6 +714,8 @@ class Swim:
         assert set(self._dead_since) == {k for k, m in self._members.items() if m.status == DEAD}, "dead index"
         assert set(self._suspicions) <= {k for k, m in self._members.items() if m.status == SUSPECT}, "suspicions"
         assert self._self.status in (ALIVE, LEFT), "self status"
+        assert self._live_entries == {k: f"{k}\x00{m.incarnation}" for k, m in self._members.items()
+                                      if m.status in LIVE_STATUSES}, "checksum entries"
 
     def _broadcast(self, msg: Alive | Suspect | Dead) -> None:
         self._queue.push(msg.node, self._codec.encode_message(msg))
@@ -725,12 +761,13 @@ class Swim:
             return
         self._probe = _Probe(self._next_seq(), target.node_id,
                              now + self._awareness.scale(self.config.probe_timeout_s))
-        head: list[Message] = [Ping(self._probe.seq, target.node_id)]
+        encode = self._codec.encode_message
+        head = [encode(Ping(self._probe.seq, target.node_id))]
         if self.config.lifeguard and target.status == SUSPECT:
             # Buddy system (Lifeguard IV-C): tell the suspect it is suspected.
-            head.append(Suspect(target.node_id, target.incarnation, self.node_id))
+            head.append(encode(Suspect(target.node_id, target.incarnation, self.node_id)))
         self.stats["probes_sent"] += 1
-        self._send(target.addr, [self._codec.encode_message(m) for m in head])
+        self._send(target.addr, head)
 
     def _send_indirect_probes(self, now: float) -> None:
         probe = self._probe
@@ -769,28 +806,36 @@ class Swim:
 
     def _send(self, addr: Addr, head: Sequence[bytes], piggyback: bool = True) -> None:
         """Send ``head`` (pre-encoded messages) to ``addr``, filling the rest with gossip."""
-        budget = self._codec.capacity() - sum(self._codec.message_cost(b) for b in head)
         blobs = list(head)
-        if piggyback:
-            blobs += self._queue.take(budget, self._codec.message_cost, self._retransmit_limit())
+        if piggyback and self._queue:
+            cost = Codec.message_cost
+            budget = self._codec.capacity() - sum(map(cost, head))
+            blobs += self._queue.take(budget, cost, self._retransmit_limit())
         self._emit(self._codec.seal(blobs), addr)
 
     def _emit(self, datagram: bytes, addr: Addr) -> None:
-        self.stats["datagrams_out"] += 1
-        self.stats["bytes_out"] += len(datagram)
+        stats = self.stats
+        stats["datagrams_out"] += 1
+        stats["bytes_out"] += len(datagram)
         self._outbox.append((datagram, addr))
 
     def _retransmit_limit(self) -> int:
-        return self.config.retransmit_limit(self._live_count())
+        n = self._live_count()
+        limit = self._retransmit_limits.get(n)
+        if limit is None:
+            limit = self._retransmit_limits[n] = self.config.retransmit_limit(n)
+        return limit
 
     def _gossip(self, now: float) -> None:
         self._next_gossip_at = now + self.config.gossip_interval_s
         horizon = now - self.config.gossip_to_dead_s
-        peers = self._live_peers + [k for k, since in self._dead_since.items() if since >= horizon]
+        peers = self._live_peers
+        if self._dead_since:
+            peers = peers + [k for k, since in self._dead_since.items() if since >= horizon]
+        capacity, limit = self._codec.capacity(), self._retransmit_limit()
         for peer_id in self._rng.sample(peers, min(self.config.gossip_fanout, len(peers))):
             peer = self._members[peer_id]
-            blobs = self._queue.take(self._codec.capacity(), self._codec.message_cost,
-                                     self._retransmit_limit())
+            blobs = self._queue.take(capacity, Codec.message_cost, limit)
             if not blobs:
                 break
             self.stats["gossip_datagrams"] += 1
@@ -838,10 +883,13 @@ class Swim:
     def _retry_dead_and_reclaim(self, now: float) -> None:
         self._next_dead_retry_at = now + self.config.dead_retry_interval_s
         horizon = now - self.config.dead_reclaim_s
-        for node_id in [k for k, m in self._members.items()
-                        if m.status in (DEAD, LEFT) and m.since < horizon]:
-            del self._members[node_id]
-            self._dead_since.pop(node_id, None)
+        if self._reclaim_from < horizon:  # someone may be due: scan (rarely)
+            for node_id in [k for k, m in self._members.items()
+                            if m.status in (DEAD, LEFT) and m.since < horizon]:
+                del self._members[node_id]
+                self._dead_since.pop(node_id, None)
+            self._reclaim_from = min((m.since for m in self._members.values() if m.status in (DEAD, LEFT)),
+                                     default=math.inf)
         if self._dead_since:
             # A single ping (not the full state) to one dead member; an ack triggers push-pull.
             target = self._members[self._rng.choice(list(self._dead_since))]

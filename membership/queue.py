@@ -10,60 +10,69 @@ probability while per-member load stays constant.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Callable
 
 __all__ = ["BroadcastQueue"]
 
 
 class _Item:
-    __slots__ = ("key", "blob", "transmits", "order")
+    __slots__ = ("key", "blob", "transmits", "age", "cost", "cost_fn")
 
     def __init__(self, key: str, blob: bytes, order: int) -> None:
         self.key = key
         self.blob = blob
         self.transmits = 0
-        self.order = order
+        self.age = -order  # newer items sort first
+        self.cost = 0
+        self.cost_fn: Callable[[bytes], int] | None = None  # what ``cost`` was computed with
 
 
-class BroadcastQueue:
+_URGENCY = attrgetter("transmits", "age")  # fewest transmissions first, then newest
+
+
+class BroadcastQueue(dict):
+    """The queued updates by member id (a dict, so ``len``, truth and ``in`` cost no Python
+    call: the core asks after every input whether anything is queued). Change it only through
+    ``push``, ``refine`` and ``take``."""
+
+    __slots__ = ("_order",)
+
     def __init__(self) -> None:
-        self._items: dict[str, _Item] = {}
+        super().__init__()
         self._order = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._items
 
     def push(self, key: str, blob: bytes) -> None:
         """Queue ``blob`` about member ``key``, replacing any older update about it."""
         self._order += 1
-        self._items[key] = _Item(key, blob, self._order)
+        self[key] = _Item(key, blob, self._order)
 
     def refine(self, key: str, blob: bytes) -> None:
         """Replace the queued update about ``key`` by ``blob``, keeping its transmission count;
         nothing if no update about ``key`` is queued any more."""
-        old = self._items.get(key)
+        old = self.get(key)
         if old is not None:
             old.blob = blob
+            old.cost_fn = None
 
     def transmits(self, key: str) -> int | None:
-        item = self._items.get(key)
+        item = self.get(key)
         return None if item is None else item.transmits
 
     def take(self, budget: int, cost: Callable[[bytes], int], limit: int) -> list[bytes]:
         """Blobs that fit in ``budget`` bytes, most urgent first; counts one transmission each."""
-        if not self._items or budget <= 0:
+        if not self or budget <= 0:
             return []
         chosen: list[bytes] = []
-        for item in sorted(self._items.values(), key=lambda i: (i.transmits, -i.order)):
-            c = cost(item.blob)
+        for item in sorted(self.values(), key=_URGENCY):
+            if item.cost_fn is not cost:  # an item is offered many times: size it once
+                item.cost, item.cost_fn = cost(item.blob), cost
+            c = item.cost
             if c > budget:
                 continue
             budget -= c
             chosen.append(item.blob)
             item.transmits += 1
             if item.transmits >= limit:
-                del self._items[item.key]
+                del self[item.key]
         return chosen

@@ -28,8 +28,8 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before", "last_chance_sent",
-                 "_confirmers")
+    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before",
+                 "last_chance_sent", "_confirmers", "deadline")
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:
@@ -45,6 +45,9 @@ class Suspicion:
         self.last_chance_sent = False
         # The first accuser does not count as a confirmation (memberlist does the same).
         self._confirmers = {accuser}
+        #: When the suspicion turns into ``dead`` (kept up to date by ``confirm``; the driver
+        #: asks for it after every input).
+        self.deadline = start + suspicion_timeout(0, k, min_s, max_s)
 
     @property
     def confirmations(self) -> int:
@@ -55,14 +58,12 @@ class Suspicion:
         if accuser in self._confirmers or self.confirmations >= self.k:
             return False
         self._confirmers.add(accuser)
+        self.deadline = max(self.start + suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s),
+                            self.not_before)
         return True
-
-    @property
-    def deadline(self) -> float:
-        timeout = suspicion_timeout(self.confirmations, self.k, self.min_s, self.max_s)
-        return max(self.start + timeout, self.not_before)
 
     def defer(self, until: float) -> None:
         """Hold the verdict until ``until`` (used when the local timer fired late: see
         ``Swim.handle_timer``); never brings it forward."""
         self.not_before = max(self.not_before, until)
+        self.deadline = max(self.deadline, self.not_before)

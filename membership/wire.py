@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import msgpack
 from cryptography.exceptions import InvalidTag
@@ -45,6 +44,8 @@ _FLAG_ENCRYPTED = 1
 _NONCE_LEN = 12
 _TAG_LEN = 16
 _ENCRYPTION_OVERHEAD = _NONCE_LEN + _TAG_LEN
+_PREFIX_PLAIN = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_PLAIN))
+_PREFIX_ENCRYPTED = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_ENCRYPTED))
 
 _MAX_ID = 128          # node ids, cluster name
 _MAX_TEXT = 512        # http address, reasons, settings fingerprint, tags
@@ -63,8 +64,7 @@ class Drop(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):  # immutable, and cheap to build once per datagram
     cluster: str
     settings: str
     sender: str
@@ -83,12 +83,11 @@ class Keyring:
     def __init__(self, keys: Sequence[bytes] = ()) -> None:
         self._keys: list[bytes] = []
         self._aead: dict[bytes, AESGCM] = {}
+        #: Whether datagrams are encrypted: there is a key. Read on every datagram, so an
+        #: attribute; once set it stays (the last key, the primary, cannot be removed).
+        self.enabled = False
         for key in keys:
             self.install(key)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._keys)
 
     @property
     def keys(self) -> tuple[bytes, ...]:
@@ -101,6 +100,7 @@ class Keyring:
         if key not in self._aead:
             self._keys.append(key)
             self._aead[key] = AESGCM(key)
+            self.enabled = True
 
     def use(self, key: bytes) -> None:
         """Make an installed key the primary (encrypting) key."""
@@ -135,6 +135,9 @@ class Keyring:
         raise Drop("decrypt_failed")
 
 
+_WINDOW_MASK = (1 << 64) - 1
+
+
 class ReplayFilter:
     """Drops datagrams whose (sender, epoch, seq) was already seen or is too old.
 
@@ -143,7 +146,7 @@ class ReplayFilter:
     the window. At most ``max_senders`` entries are kept (oldest evicted).
     """
 
-    WINDOW = 64
+    WINDOW = 64  # bits of _WINDOW_MASK
 
     def __init__(self, max_senders: int = 4096) -> None:
         self._state: dict[str, tuple[int, int, int]] = {}
@@ -158,8 +161,10 @@ class ReplayFilter:
         _, top, bitmap = state
         if seq > top:
             shift = seq - top
-            bitmap = ((bitmap << shift) | 1) & ((1 << self.WINDOW) - 1) if shift < self.WINDOW else 1
-            self._store(sender, (epoch, seq, bitmap))
+            bitmap = ((bitmap << shift) | 1) & _WINDOW_MASK if shift < self.WINDOW else 1
+            # Move to the end (most recently updated; the size does not change).
+            del self._state[sender]
+            self._state[sender] = (epoch, seq, bitmap)
             return True
         offset = top - seq
         if offset >= self.WINDOW or bitmap >> offset & 1:
@@ -190,18 +195,20 @@ class Codec:
         # Envelope size with no messages and the widest possible seq, plus 3 bytes for an
         # array header of up to 65535 messages.
         self._envelope_overhead = len(msgpack.packb([cluster, settings, sender, epoch, _U64, []])) + 3
+        self._capacity_plain = self.mtu_bytes - _PREFIX_LEN - self._envelope_overhead
+        # msgpack.packb builds a Packer per call; one per codec does the same encoding cheaper.
+        self._pack = msgpack.Packer(use_bin_type=True).pack
 
     # --- sending ---
 
     def encode_message(self, msg: Message) -> bytes:
-        return msgpack.packb(_to_wire(msg))
+        return self._pack(_to_wire(msg))
 
     def capacity(self) -> int:
         """Bytes available for ``message_cost``-sized messages in one datagram."""
-        overhead = _PREFIX_LEN + self._envelope_overhead
         if self.keyring.enabled:
-            overhead += _ENCRYPTION_OVERHEAD
-        return self.mtu_bytes - overhead
+            return self._capacity_plain - _ENCRYPTION_OVERHEAD
+        return self._capacity_plain
 
     @staticmethod
     def message_cost(blob: bytes) -> int:
@@ -211,17 +218,29 @@ class Codec:
     def seal(self, blobs: Sequence[bytes]) -> bytes:
         """Build one datagram from pre-encoded messages (the caller keeps it within capacity)."""
         self._seq += 1
-        envelope = msgpack.packb([self.cluster, self.settings, self.sender, self.epoch, self._seq,
-                                  list(blobs)], use_bin_type=True)
+        envelope = self._pack([self.cluster, self.settings, self.sender, self.epoch, self._seq, list(blobs)])
         if self.keyring.enabled:
-            prefix = MAGIC + bytes((PROTOCOL_VERSION, _FLAG_ENCRYPTED))
-            return prefix + self.keyring.seal(prefix, envelope)
-        return MAGIC + bytes((PROTOCOL_VERSION, _FLAG_PLAIN)) + envelope
+            return _PREFIX_ENCRYPTED + self.keyring.seal(_PREFIX_ENCRYPTED, envelope)
+        return _PREFIX_PLAIN + envelope
 
     # --- receiving ---
 
     def open(self, data: bytes) -> Envelope:
         """Decode and validate a datagram; raise ``Drop(reason)`` for anything invalid."""
+        if type(data) is bytes and data[:_PREFIX_LEN] == _PREFIX_PLAIN and not self.keyring.enabled \
+                and _PREFIX_LEN < len(data) <= self.max_receive_bytes:
+            body = data[_PREFIX_LEN:]  # the usual case: every check below passes
+        else:
+            body = self._checked_body(data)
+        try:
+            return _decode_envelope(body, self.max_receive_bytes)
+        except Drop:
+            raise
+        except Exception:  # msgpack raises many types on garbage; all mean the same here
+            raise Drop("malformed") from None
+
+    def _checked_body(self, data: bytes) -> bytes:
+        """The envelope bytes of ``data`` (decrypted if need be), or ``Drop``."""
         if len(data) > self.max_receive_bytes:
             raise Drop("oversized")
         if len(data) < _PREFIX_LEN + 1:
@@ -241,17 +260,17 @@ class Codec:
                 raise Drop("unencrypted")
         else:
             raise Drop("bad_flags")
-        try:
-            return _decode_envelope(body, self.max_receive_bytes)
-        except Drop:
-            raise
-        except Exception:  # msgpack raises many types on garbage; all mean the same here
-            raise Drop("malformed") from None
+        return body
 
 
 # --- encoding of single messages -------------------------------------------------------------
 
 def _to_wire(msg: Message) -> list[Any]:
+    # Most frequent first: every probe is a ping and an ack.
+    if isinstance(msg, Ping):
+        return [_PING, msg.seq, msg.target]
+    if isinstance(msg, Ack):
+        return [_ACK, msg.seq, msg.checksum]
     if isinstance(msg, Alive):
         m = msg.meta
         return [_ALIVE, msg.node, msg.incarnation, msg.addr[0], msg.addr[1], m.weight, m.http,
@@ -260,10 +279,6 @@ def _to_wire(msg: Message) -> list[Any]:
         return [_SUSPECT, msg.node, msg.incarnation, msg.sender]
     if isinstance(msg, Dead):
         return [_DEAD, msg.node, msg.incarnation, msg.sender]
-    if isinstance(msg, Ping):
-        return [_PING, msg.seq, msg.target]
-    if isinstance(msg, Ack):
-        return [_ACK, msg.seq, msg.checksum]
     if isinstance(msg, Nack):
         return [_NACK, msg.seq]
     if isinstance(msg, PingReq):
@@ -297,24 +312,41 @@ def _decode_envelope(body: bytes, limit: int) -> Envelope:
     raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
                           max_str_len=limit, max_bin_len=limit,
                           max_array_len=_MAX_MESSAGES, max_map_len=_MAX_TAGS, max_ext_len=0)
-    items = _list(raw, 6)
-    cluster = _text(items[0], _MAX_ID)
-    settings = _text(items[1], _MAX_TEXT)
-    sender = _node_id(items[2])
-    epoch = _uint(items[3])
-    seq = _uint(items[4])
-    blobs = items[5]
-    if type(blobs) is not list:
+    cluster, settings, sender, epoch, seq, blobs = _list(raw, 6)
+    # The checks of _text, _node_id and _uint, inlined (once per datagram).
+    if type(cluster) is not str or len(cluster) > _MAX_ID \
+            or type(settings) is not str or len(settings) > _MAX_TEXT \
+            or type(sender) is not str or not 0 < len(sender) <= _MAX_ID \
+            or type(epoch) is not int or not 0 <= epoch <= _U64 \
+            or type(seq) is not int or not 0 <= seq <= _U64 \
+            or type(blobs) is not list:
         raise Drop("malformed")
     messages = []
     for blob in blobs:
         if type(blob) is not bytes:
             raise Drop("malformed")
-        inner = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True,
-                                max_str_len=limit, max_bin_len=0,
-                                max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0)
-        messages.append(_from_wire(inner))
+        msg = _decoded.get(blob)
+        if msg is None:
+            inner = msgpack.unpackb(blob, raw=False, strict_map_key=True, use_list=True,
+                                    max_str_len=limit, max_bin_len=0,
+                                    max_array_len=16, max_map_len=_MAX_TAGS, max_ext_len=0)
+            msg = _from_wire(inner)
+            if type(msg) in _CACHED_TYPES:
+                if len(_decoded) >= _DECODED_MAX:
+                    _decoded.clear()
+                _decoded[blob] = msg
+        messages.append(msg)
     return Envelope(cluster, settings, sender, epoch, seq, tuple(messages))
+
+
+# Gossip repeats itself: the same state message (same bytes) arrives many times, from many
+# peers (and, in a simulation, at many members of one process). Decoding and validating it
+# is a pure function of its bytes (the limit above cannot bind: a message is shorter than
+# its datagram), and messages are immutable, so valid state messages are decoded once and
+# shared. Pings and acks are unique (they carry sequence numbers) and are not cached.
+_CACHED_TYPES = (Alive, Suspect, Dead)
+_DECODED_MAX = 4096
+_decoded: dict[bytes, Message] = {}
 
 
 def _from_wire(raw: Any) -> Message:
@@ -323,6 +355,13 @@ def _from_wire(raw: Any) -> Message:
     code = raw[0]
     if type(code) is not int:
         raise Drop("malformed")
+    # Most frequent first (state messages are mostly served from the cache above).
+    if code == _PING:
+        f = _list(raw, 3)
+        return Ping(_uint(f[1]), _node_id(f[2]))
+    if code == _ACK:
+        f = _list(raw, 3)
+        return Ack(_uint(f[1]), _uint(f[2]))
     if code == _ALIVE:
         f = _list(raw, 8)
         meta = Meta(weight=_weight(f[5]), http=_text(f[6], _MAX_TEXT), tags=_tags(f[7]))
@@ -333,12 +372,6 @@ def _from_wire(raw: Any) -> Message:
     if code == _DEAD:
         f = _list(raw, 4)
         return Dead(_node_id(f[1]), _uint(f[2]), _node_id(f[3]))
-    if code == _PING:
-        f = _list(raw, 3)
-        return Ping(_uint(f[1]), _node_id(f[2]))
-    if code == _ACK:
-        f = _list(raw, 3)
-        return Ack(_uint(f[1]), _uint(f[2]))
     if code == _NACK:
         f = _list(raw, 2)
         return Nack(_uint(f[1]))

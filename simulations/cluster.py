@@ -61,10 +61,11 @@ def _swim_self_view_invariant(sim: Simulation) -> str | None:
     node = sim.current
     if node is None or not node.up or node.core is None:
         return None
-    status = node.self_status()
-    if status not in ("alive", "left"):
+    core = node.core
+    status = core.status
+    if status != "alive" and status != "left":
         return f"{node.node_id} considers itself {status}"
-    inc = node.core.incarnation
+    inc = core.incarnation
     if inc < node._last_incarnation:
         return f"{node.node_id}'s incarnation fell from {node._last_incarnation} to {inc}"
     node._last_incarnation = inc

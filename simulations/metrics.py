@@ -20,6 +20,7 @@ Two kinds of observation:
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,9 @@ class Recorder:
         self.last_owner = np.full(p, -1, dtype=np.int64)
         self.prev_owner = np.full(p, -1, dtype=np.int64)
         self._last_state: tuple[np.ndarray, np.ndarray] | None = None
+        # (nodes, their claim arrays, counts, owner) of the last tally (claim arrays are
+        # replaced, never changed in place, when a node's claims change).
+        self._last_claims: tuple[list, list, np.ndarray, np.ndarray] | None = None
         self.moved = 0
         self.healthy_moves = 0
         self.flaps = 0
@@ -167,11 +171,18 @@ class Recorder:
         up = [n for n in cl.nodes.values() if n.up]
         leads = [n.leads() for n in up]
         p = self.partitions
-        claims = np.concatenate(leads) if leads else np.zeros(0, dtype=np.int64)
-        counts = np.bincount(claims, minlength=p)
-        owner = np.full(p, -1, dtype=np.int64)
-        for n, a in zip(up, leads):
-            owner[a] = n.index
+        last = self._last_claims
+        if last is not None and len(last[0]) == len(up) and all(map(operator.is_, last[0], up)) \
+                and all(map(operator.is_, last[1], leads)):
+            # Nobody's claims changed since the last sample (the usual case): same tally.
+            counts, owner = last[2], last[3]
+        else:
+            claims = np.concatenate(leads) if leads else np.zeros(0, dtype=np.int64)
+            counts = np.bincount(claims, minlength=p)
+            owner = np.full(p, -1, dtype=np.int64)
+            for n, a in zip(up, leads):
+                owner[a] = n.index
+            self._last_claims = (up, leads, counts, owner)
         dual = int((counts >= 2).sum())
         orphan = int((counts == 0).sum())
         first = not self.series["t"]

@@ -38,6 +38,23 @@ class PlacementSettings:
         self.partitions = partitions
         self.replicas = replicas
         self.seed = seed
+        # Tables by view: the nodes of a converged cluster hold equal views, and a table is a
+        # function of the view alone, so each distinct view is computed once, not per node.
+        self._tables: dict[frozenset, PlacementTable] = {}
+
+    def table(self, view: dict[str, float], base: PlacementTable | None) -> PlacementTable:
+        """The table of ``view`` (incrementally from ``base``, a table of an earlier view)."""
+        key = frozenset(view.items())
+        table = self._tables.get(key)
+        if table is None:
+            if base is None:
+                table = PlacementTable.build(view, self.partitions, self.replicas, self.seed)
+            else:
+                table = base.with_members(view)
+            if len(self._tables) >= 64:
+                self._tables.clear()
+            self._tables[key] = table
+        return table
 
     def fingerprint(self) -> str:
         return f"partitions={self.partitions},replicas={self.replicas},seed={self.seed}"
@@ -182,16 +199,22 @@ class SwimNode(Node):
         core, sim = self.core, self.sim
         for data, dst in core.datagrams_to_send():
             sim.send(self, data, dst)
-        for ev in core.events():
+        ev = core.next_event()
+        while ev is not None:
             if isinstance(ev, MemberEvent):
                 m = ev.member
+                view = self.view
+                # Only a change of the live set or a weight is a new view (alive <-> suspect
+                # and incarnation bumps are not), so placement is not recomputed for nothing.
                 if m.status in ("alive", "suspect"):
-                    self.view[m.node_id] = m.meta.weight
-                else:
-                    self.view.pop(m.node_id, None)
-                self._view_version += 1
+                    if view.get(m.node_id) != m.meta.weight:
+                        view[m.node_id] = m.meta.weight
+                        self._view_version += 1
+                elif view.pop(m.node_id, None) is not None:
+                    self._view_version += 1
                 self.joined = True
                 self._on_event(self, ev)
+            ev = core.next_event()
         if self.leaving and core.leave_broadcast_done:
             # Stop a moment later, as a real process would after flushing its sockets.
             sim.node_at(self, sim.now + 0.5, self.crash)
@@ -208,14 +231,10 @@ class SwimNode(Node):
     # ------------------------------------------------------------------ observing
 
     def leads(self) -> np.ndarray:
-        if not self.up or not self.joined or self.self_status() != "alive":
+        if not self.up or not self.joined or self.core is None or self.core.status != "alive":
             return _EMPTY
         if self._table_version != self._view_version:
-            p = self.placement
-            if self._table is None:
-                self._table = PlacementTable.build(self.view, p.partitions, p.replicas, p.seed)
-            else:
-                self._table = self._table.with_members(self.view)
+            self._table = self.placement.table(self.view, self._table)
             self._table_version = self._view_version
             self._leads = np.asarray(self._table.owned_by(self.node_id, leader_only=True), dtype=np.int64)
         return self._leads
@@ -227,4 +246,4 @@ class SwimNode(Node):
         return self.core.view_checksum if self.core is not None else None
 
     def self_status(self) -> str | None:
-        return None if self.core is None else self.core.member(self.node_id).status
+        return None if self.core is None else self.core.status
