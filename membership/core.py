@@ -414,6 +414,7 @@ class Swim:
                 carried_state = True
                 if isinstance(msg, Suspect) and msg.node == self.node_id:
                     accused = True
+        accused = accused and self._awareness.enabled  # (plain SWIM: gossip order only)
         if accused and any(isinstance(m, Ping) for m in env.messages):
             # A ping that carries a suspicion of us (buddy system): refute before acking, so
             # the ack itself carries the refutation (see _on_ping).
