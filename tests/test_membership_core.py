@@ -126,6 +126,13 @@ def _lonely_core(config: MembershipConfig, n_members: int) -> Swim:
     return core
 
 
+def _suspecting_x0(config: MembershipConfig) -> Swim:
+    """A lonely core (9 members) that heard at t=1 that x1 suspects x0."""
+    core = _lonely_core(config, 9)
+    core.receive_datagram(forge(config, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    return core
+
+
 def _time_until_dead(core: Swim, node: str, start: float) -> float:
     t = start
     while core.member(node).status != DEAD:
@@ -159,8 +166,7 @@ def test_independent_confirmations_shorten_the_suspicion_timeout():
 def test_plain_swim_uses_the_fixed_minimum_timeout():
     cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=1.0, suspicion_mult=0.01,
                            suspicion_min_floor_s=0.0, lifeguard=False)
-    core = _lonely_core(cfg, 9)
-    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    core = _suspecting_x0(cfg)
     assert _time_until_dead(core, "x0", 1.0) == pytest.approx(1.0)
 
 
@@ -171,8 +177,7 @@ def test_a_member_woken_late_reads_its_input_before_convicting(lifeguard):
     # refutation waiting in its socket buffer (read next) saves x0; plain SWIM convicts at once.
     cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=1.0, suspicion_mult=0.01,
                            suspicion_min_floor_s=0.0, suspicion_confirmations=0, lifeguard=lifeguard)
-    core = _lonely_core(cfg, 9)
-    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    core = _suspecting_x0(cfg)
     core.handle_timer(5.0)
     if not lifeguard:
         assert core.member("x0").status == DEAD
@@ -185,8 +190,7 @@ def test_a_member_woken_late_reads_its_input_before_convicting(lifeguard):
                           ("10.0.0.2", 100), 5.0)
     assert core.member("x0").status == ALIVE
     # Without a refutation the verdict comes one probe interval later, when judged on time.
-    late = _lonely_core(cfg, 9)
-    late.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    late = _suspecting_x0(cfg)
     late.handle_timer(5.0)
     assert _time_until_dead(late, "x0", 5.0) == pytest.approx(cfg.probe_interval_s)
 
@@ -215,8 +219,7 @@ def test_last_chance_ping_before_a_verdict(lifeguard):
     # the ack's refutation cancels the verdict.
     cfg = MembershipConfig(probe_interval_s=100.0, probe_timeout_s=0.5, suspicion_mult=0.01,
                            suspicion_min_floor_s=2.0, suspicion_confirmations=0, lifeguard=lifeguard)
-    core = _lonely_core(cfg, 9)
-    core.receive_datagram(forge(cfg, "x1", [Suspect("x0", 0, "x1")], seq=2), ("10.0.0.2", 101), 1.0)
+    core = _suspecting_x0(cfg)
     core.datagrams_to_send()
     core.handle_timer(2.4)  # (gossip of the suspicion goes out; nothing to x0 yet)
     assert [a for _, a in core.datagrams_to_send() if a == ("10.0.0.2", 100)] == []
