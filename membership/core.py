@@ -358,12 +358,12 @@ class Swim:
         if self._relays:
             t = min(r.deadline for r in self._relays.values())
         if self._suspicions:
-            t = min(t, min(s.deadline for s in self._suspicions.values()))
-            if self._awareness.enabled:  # last-chance pings, one probe timeout before a verdict
-                ahead = self.config.probe_timeout_s
-                for s in self._suspicions.values():
-                    if not s.last_chance_sent and s.deadline - ahead < t:
-                        t = s.deadline - ahead
+            # A verdict, or the last-chance ping one probe timeout before it (Lifeguard only).
+            ahead = self.config.probe_timeout_s if self._awareness.enabled else 0.0
+            for s in self._suspicions.values():
+                due = s.deadline if s.last_chance_sent else s.deadline - ahead
+                if due < t:
+                    t = due
         if not self._leaving:
             t = min(t, self._next_probe_at, self._next_dead_retry_at)
             p = self._probe
@@ -408,19 +408,19 @@ class Swim:
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
-        carried_state = accused = False
+        carried_state = False
+        accusation: Suspect | None = None
         for msg in env.messages:
             if isinstance(msg, (Alive, Suspect, Dead)):
                 carried_state = True
                 if isinstance(msg, Suspect) and msg.node == self.node_id:
-                    accused = True
-        accused = accused and self._awareness.enabled  # (plain SWIM: gossip order only)
-        if accused and any(isinstance(m, Ping) for m in env.messages):
-            # A ping that carries a suspicion of us (buddy system): refute before acking, so
-            # the ack itself carries the refutation (see _on_ping).
-            for m in env.messages:
-                if isinstance(m, Suspect) and m.node == self.node_id:
-                    self._on_suspect(m, now)
+                    accusation = msg
+        # A ping that carries a suspicion of us (Lifeguard buddy system; plain SWIM keeps gossip
+        # order): refute before acking, so the ack itself carries the refutation (see _on_ping).
+        accused = accusation is not None and self._awareness.enabled \
+            and any(isinstance(m, Ping) for m in env.messages)
+        if accused:
+            self._on_suspect(accusation, now)
         in_sync: PushPull | None = None
         for msg in env.messages:
             if isinstance(msg, Ping):
