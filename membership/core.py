@@ -66,7 +66,9 @@ start a push-pull, i.e.
 send our full state (split into as many datagrams as needed, each <= MTU) and the peer answers
 with its own. A converged idle cluster therefore never exchanges full state. In state received
 by push-pull, ``dead`` is applied as ``suspect`` (as memberlist's mergeState does), so a stale
-view cannot kill a live member outright (memberlist#312).
+view cannot kill a live member outright (memberlist#312). A ping from a member we do not know at all
+(its arrival's gossip ran out of retransmits before reaching us) also starts a push-pull with
+it, at most one per probe interval; a joiner gossips its own ``Alive`` as well as its seed.
 
 Join, leave, partitions. ``join(seeds)`` push-pulls with each seed (and retries while we know
 no one). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
@@ -201,6 +203,7 @@ class Swim:
         self._next_join_at: float | None = None
         self._next_dead_retry_at = now + config.dead_retry_interval_s
         self._last_push_pull_at = float("-inf")
+        self._last_unknown_sync_at = float("-inf")
         self._push_pull_replies: dict[Addr, tuple[float, int]] = {}
         #: Counters: probes, acks, suspicions, refutations, traffic, drops by reason, ...
         self.stats: Counter[str] = Counter()
@@ -258,6 +261,10 @@ class Swim:
     def join(self, seeds: Iterable[Addr], now: float) -> None:
         """Contact seed addresses (push-pull); retried every join_retry_interval_s while alone."""
         self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
+        # We gossip our own Alive too (memberlist's setAlive does): otherwise only the seed
+        # spreads our arrival, and in a small cluster its few retransmits can all miss a member,
+        # which then learns of us only from anti-entropy.
+        self._broadcast(self._state_message(self._self))
         self._join_seeds(now)
 
     def leave(self, now: float) -> None:
@@ -462,6 +469,16 @@ class Swim:
             me = self._self
             head.append(encode(Alive(self.node_id, me.incarnation, me.addr, me.meta)))
         known = self._members.get(sender)
+        if known is None and not self._leaving \
+                and now - self._last_unknown_sync_at >= self.config.probe_interval_s:
+            # A member we have never heard of probes us: its arrival's gossip missed us (or we
+            # reclaimed it while it was away). Exchange full state now rather than waiting for a
+            # checksum mismatch; at most one such exchange per probe interval.
+            self._last_unknown_sync_at = now
+            self.stats["unknown_pinger_syncs"] += 1
+            self._send(addr, head)
+            self._send_state(addr, reply=True, now=now)
+            return
         if known is not None and known.status in (SUSPECT, DEAD):
             # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
             head.append(encode(self._state_message(known)))

@@ -298,6 +298,39 @@ def test_anti_entropy_repairs_a_lost_update():
     assert sum(n.core.stats["anti_entropy_syncs"] for n in net.nodes.values()) > 0
 
 
+def test_a_ping_from_an_unknown_member_starts_a_full_state_exchange():
+    # The gossip of a join can run out of retransmits before it reaches everyone (it did in a
+    # real-UDP run of 5 members); the member it missed learns of the joiner when probed by it.
+    config = MembershipConfig()
+    core = _lonely_core(config, 2)
+    core.datagrams_to_send()
+    stranger = ("10.0.0.3", 300)
+    core.receive_datagram(forge(config, "stranger", [Ping(7, "me")]), stranger, 5.0)
+    sent = [(decode(config, d), a) for d, a in core.datagrams_to_send()]
+    assert all(a == stranger for _, a in sent)
+    kinds = [type(m).__name__ for msgs, _ in sent for m in msgs]
+    assert "Ack" in kinds and "PushPull" in kinds
+    assert core.stats["unknown_pinger_syncs"] == 1
+    # At most one such exchange per probe interval; a known pinger never starts one.
+    core.receive_datagram(forge(config, "other", [Ping(8, "me")]), ("10.0.0.4", 400), 5.1)
+    core.receive_datagram(forge(config, "x1", [Ping(9, "me")], seq=2), ("10.0.0.2", 101), 7.0)
+    kinds = [type(m).__name__ for d, _ in core.datagrams_to_send() for m in decode(config, d)]
+    assert kinds.count("Ack") == 2 and "PushPull" not in kinds
+    assert core.stats["unknown_pinger_syncs"] == 1
+
+
+def test_a_joiner_gossips_its_own_arrival():
+    config = MembershipConfig()
+    core = Swim(config, "new", ("10.0.0.9", 9), rng=random.Random(0), now=0.0)
+    core.join([("10.0.0.1", 1)], 0.0)
+    core.datagrams_to_send()
+    core.receive_datagram(forge(config, "seed", [Alive("seed", 0, ("10.0.0.1", 1), Meta())]),
+                          ("10.0.0.1", 1), 0.1)
+    core.handle_timer(core.get_timer())
+    gossiped = [m for d, _ in core.datagrams_to_send() for m in decode(config, d)]
+    assert Alive("new", 0, ("10.0.0.9", 9), Meta()) in gossiped
+
+
 def test_idle_converged_cluster_sends_no_full_state():
     net = build_cluster(8, seed=15)
     net.run_for(15.0)  # let join gossip settle
