@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Iterable
 
 from .config import MembershipConfig
@@ -204,8 +205,11 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
     transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=bind)
     bound = transport.get_extra_info("sockname")[:2]
     advertise = advertise or (bound[0], bound[1])
+    now = loop.time()
+    # Unix time aligns the members' probe schedules (see core's "Probe schedule"); the core's
+    # timers stay on the loop's monotonic clock.
     core = Swim(config, node_id, advertise, meta=meta, rng=rng or random.Random(),
-                now=loop.time(), incarnation=incarnation)
+                now=now, incarnation=incarnation, clock_offset_s=time.time() - now)
     member = Member(core, loop, lag_check_interval_s)
     transport.set_protocol(member)
     member.connection_made(transport)

@@ -14,14 +14,27 @@ and after each call drains ``datagrams_to_send()`` and ``next_event()``. The sam
 the same outputs, so a simulation is reproduced exactly from its seed.
 
 Failure detection (SWIM, Das et al. DSN 2002, section 3). Every probe period T (scaled by the
-local health multiplier, below; the first period starts at a random phase) the member pings the
-next member of a randomly shuffled round-robin list (section 4.3: bounds the time until a failed
-member is first probed by a given member). If no ack comes within the probe timeout it sends
-ping-req to ``indirect_checks`` random members, who ping the target on its behalf and relay the
-ack, or answer with a nack when they got nothing (Lifeguard section IV-A). No ack by the end of
-the period: the target becomes *suspect*. Cluster-wide, the wait until *someone* first probes a
-failed member is about exponential with mean T (measured: p50 0.69 T, p99 4.6 T at N=256); it
-is the tail of the detection time.
+local health multiplier, below; the first period starts at a random phase) the member pings one
+member; which one is our change to SWIM's round-robin (section 4.3), see "Probe schedule". If no
+ack comes within the probe timeout it sends ping-req to ``indirect_checks`` random members, who
+ping the target on its behalf and relay the ack, or answer with a nack when they got nothing
+(Lifeguard section IV-A). No ack by the end of the period: the target becomes *suspect*.
+
+Probe schedule (ours). SWIM and memberlist have every member walk its own randomly shuffled
+list, which bounds the time until a failed member is probed by a *given* member (N periods),
+but cluster-wide the wait until *someone* first probes it is about exponential with mean T
+(measured at N=256: p50 0.69 T, p99 4.6 T) and was the tail of our detection time. Instead all
+members order the live view the same way (a ring sorted by CRC-32 of the id, as Rapid gives
+every member fixed observers, Suresh et al., USENIX ATC 2018), and in period ``s`` (the wall
+clock divided by T) the member at ring position ``p`` probes position ``p + 1 + s mod (N-1)``.
+While views agree each member is probed exactly once per period, by a different member each
+time, so a failed member is probed within two periods (mean 0.58 T: this period's prober may
+have probed it just before the failure), and each member still probes every other once per
+N-1 periods (SWIM's bound). Views
+that disagree or clocks that are skewed only make the pattern less regular (a target is probed
+twice or not at all in a period), never stop probing. The period needs a clock the members
+share: the driver passes ``clock_offset_s`` such that ``now + clock_offset_s`` is Unix time
+(NTP keeps that within milliseconds; the simulator's clock is shared).
 
 Suspicion (SWIM section 4.2). A suspect is still a member (it keeps its partitions). Members
 are ordered by incarnation numbers that only the member itself raises: hearing that it is
@@ -87,6 +100,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
+from bisect import bisect_left, insort
 from collections import Counter, deque
 from typing import Iterable, Iterator, Sequence
 
@@ -105,6 +119,11 @@ __all__ = ["Swim"]
 # A push-pull request from one address is answered at most this often (limits amplification:
 # one small request datagram triggers several full-state datagrams).
 _PUSH_PULL_REPLY_GUARD_S = 1.0
+
+
+def _ring_key(node_id: str) -> tuple[int, str]:
+    """A member's place in the probe ring: the same on every member, unrelated to id order."""
+    return zlib.crc32(node_id.encode()), node_id
 
 
 class _Member:
@@ -154,7 +173,7 @@ class Swim:
 
     def __init__(self, config: MembershipConfig, node_id: str, advertise: Addr, *,
                  meta: Meta | None = None, rng: random.Random, now: float,
-                 incarnation: int = 0) -> None:
+                 incarnation: int = 0, clock_offset_s: float = 0.0) -> None:
         meta = meta if meta is not None else Meta()
         self._check_meta(config, meta)
         check_outgoing(Alive(node_id, incarnation, (advertise[0], int(advertise[1])), meta))
@@ -188,8 +207,10 @@ class Swim:
         self._relays: dict[int, _Relay] = {}
         self._probe: _Probe | None = None
         self._dead_ping_seq: int | None = None  # our ping to a dead member's address
-        self._probe_order: list[str] = []
-        self._probe_index = 0
+        # The probe ring (see "Probe schedule"): live members and us, sorted by _ring_key.
+        self._ring: list[tuple[int, str]] = [_ring_key(node_id)]
+        self._clock_offset_s = clock_offset_s
+        self._probe_next: list[str] = []  # suspects to probe before the scheduled target
         self._seq = 0
         self._outbox: list[tuple[bytes, Addr]] = []
         self._events: deque[Event] = deque()
@@ -539,7 +560,6 @@ class Swim:
             self._members[msg.node] = m
             self._index_live(msg.node)
             self._live_changed(m)
-            self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
             self._broadcast(msg)
             return
@@ -553,7 +573,6 @@ class Swim:
             self._set_status(m, ALIVE, now)
         self._live_changed(m)
         if old_status in (DEAD, LEFT):
-            self._add_to_probe_order(msg.node)
             self._set_changed(m, "joined", now)
         else:
             if old_status == SUSPECT:
@@ -632,7 +651,7 @@ class Swim:
         if cfg.lifeguard and accuser != self.node_id and was_alive and n > 2 and \
                 self._rng.random() < cfg.suspicion_reprobe_members / (n - 2):
             # Probe the suspect next (see MembershipConfig.suspicion_reprobe_members).
-            self._probe_order.insert(self._probe_index, m.node_id)
+            self._probe_next.append(m.node_id)
             self.stats["suspect_reprobes"] += 1
         if was_alive:
             self._set_changed(m, "suspect", now)
@@ -706,6 +725,8 @@ class Swim:
             if last != m.node_id:
                 self._live_peers[pos] = last
                 self._live_pos[last] = pos
+            ring = self._ring
+            del ring[bisect_left(ring, _ring_key(m.node_id))]
 
     def _live_changed(self, m: _Member) -> None:
         """``m``'s status or incarnation changed: keep the checksum's entries in step."""
@@ -718,6 +739,7 @@ class Swim:
     def _index_live(self, node_id: str) -> None:
         self._live_pos[node_id] = len(self._live_peers)
         self._live_peers.append(node_id)
+        insort(self._ring, _ring_key(node_id))
 
     def _live_count(self) -> int:
         """Live members, us included (N in the SWIM/Lifeguard formulas)."""
@@ -734,6 +756,7 @@ class Swim:
         assert self._self.status in (ALIVE, LEFT), "self status"
         assert self._live_entries == {k: f"{k}\x00{m.incarnation}" for k, m in self._members.items()
                                       if m.status in LIVE_STATUSES}, "checksum entries"
+        assert self._ring == sorted(_ring_key(k) for k in live | {self.node_id}), "probe ring"
 
     def _broadcast(self, msg: Alive | Suspect | Dead) -> None:
         self._queue.push(msg.node, self._codec.encode_message(msg))
@@ -753,28 +776,23 @@ class Swim:
         self._seq += 1
         return self._seq
 
-    def _add_to_probe_order(self, node_id: str) -> None:
-        # Insert at a random position (memberlist does the same) so newcomers are probed soon
-        # but not all at once by everybody.
-        if node_id not in self._probe_order:
-            self._probe_order.insert(self._rng.randint(0, len(self._probe_order)), node_id)
-
-    def _next_probe_target(self) -> _Member | None:
-        for _ in range(2):
-            while self._probe_index < len(self._probe_order):
-                m = self._members.get(self._probe_order[self._probe_index])
-                self._probe_index += 1
-                if m is not None and m.status in LIVE_STATUSES:
-                    return m
-            # End of a round: reshuffle the live members (SWIM 4.3 randomised round-robin).
-            self._probe_order = list(self._live_peers)
-            self._rng.shuffle(self._probe_order)
-            self._probe_index = 0
-        return None
+    def _next_probe_target(self, now: float) -> _Member | None:
+        while self._probe_next:  # a suspect we heard of (suspicion_reprobe_members)
+            m = self._members.get(self._probe_next.pop())
+            if m is not None and m.status in LIVE_STATUSES:
+                return m
+        ring = self._ring
+        n = len(ring)
+        if n < 2:
+            return None
+        # See "Probe schedule" in the module docstring.
+        period = math.floor((now + self._clock_offset_s) / self.config.probe_interval_s)
+        me = bisect_left(ring, _ring_key(self.node_id))
+        return self._members[ring[(me + 1 + period % (n - 1)) % n][1]]
 
     def _start_probe(self, now: float) -> None:
         self._next_probe_at = now + self._awareness.scale(self.config.probe_interval_s)
-        target = self._next_probe_target()
+        target = self._next_probe_target(now)
         if target is None:
             return
         self._probe = _Probe(self._next_seq(), target.node_id,

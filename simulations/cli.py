@@ -43,6 +43,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replicas", type=int, default=1, help="replicas per partition (default 1)")
     p.add_argument("--latency", type=float, default=0.0005, help="base one-way delay, s (default 0.0005)")
     p.add_argument("--jitter", type=float, default=0.0005, help="mean exponential jitter, s (default 0.0005)")
+    p.add_argument("--clock-skew", type=float, default=0.0, metavar="S",
+                   help="each node's clock is off by up to +-S seconds (default 0: a shared clock)")
     p.add_argument("--sample", type=float, default=0.5, help="ownership sampling interval, s (default 0.5)")
     p.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                    help="scenario parameter (repeatable), e.g. --param count=4")
@@ -72,7 +74,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         result = run_scenario(args.scenario, nodes=args.nodes, duration_s=args.duration, seed=args.seed,
                               system=system, loss=args.loss, partitions=args.partitions,
                               replicas=args.replicas, sample_interval_s=args.sample,
-                              latency_s=args.latency, jitter_s=args.jitter,
+                              latency_s=args.latency, jitter_s=args.jitter, clock_skew_s=args.clock_skew,
                               params=dict(args.param), progress=progress)
     except ValueError as exc:
         print(f"placement simulate: error: {exc}", file=sys.stderr)

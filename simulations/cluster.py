@@ -13,6 +13,7 @@ Fault actions (all take effect at the current simulated time; scenarios schedule
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
 import time
 from typing import Any, Callable, Iterable
@@ -39,6 +40,10 @@ class SwimSystem:
     def __init__(self, config: MembershipConfig | None = None, name: str = "swim") -> None:
         self.config = config or MembershipConfig()
         self.name = name
+        #: Each node's clock is off by a uniform draw from +-clock_skew_s (its own RNG stream,
+        #: so other draws are unchanged); it only shifts the probe schedule's periods.
+        self.clock_skew_s = 0.0
+        self._skew_rng: random.Random | None = None
 
     def attach(self, cluster: "Cluster") -> None:
         self.config = dataclasses.replace(self.config, cluster_settings=cluster.placement.fingerprint())
@@ -46,9 +51,14 @@ class SwimSystem:
         cluster.sim.invariants.append(_swim_self_view_invariant)
 
     def make_node(self, cluster: "Cluster", node_id: str, index: int, weight: float) -> Node:
+        offset = 0.0
+        if self.clock_skew_s:
+            if self._skew_rng is None:
+                self._skew_rng = random.Random(f"{cluster.sim.seed}/clocks")
+            offset = self._skew_rng.uniform(-self.clock_skew_s, self.clock_skew_s)
         return SwimNode(cluster.sim, node_id, index, weight, config=self.config,
                         placement=cluster.placement, seeds=lambda: cluster.seed_addrs(node_id),
-                        on_event=cluster.metrics.member_event)
+                        on_event=cluster.metrics.member_event, clock_offset_s=offset)
 
     def settled(self, cluster: "Cluster") -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]

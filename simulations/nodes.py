@@ -128,13 +128,14 @@ class SwimNode(Node):
 
     def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
-                 on_event: Callable[["SwimNode", MemberEvent], None]) -> None:
+                 on_event: Callable[["SwimNode", MemberEvent], None], clock_offset_s: float = 0.0) -> None:
         super().__init__(sim, node_id, index, weight)
         self.config = config
         self.placement = placement
         self.addr = (f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}", 7946)
         self._seeds = seeds
         self._on_event = on_event
+        self.clock_offset_s = clock_offset_s
         self.core: Swim | None = None
         self._table: PlacementTable | None = None
         self._view_version = 0  # bumped on every view change
@@ -150,7 +151,7 @@ class SwimNode(Node):
         super().start()
         now = self.sim.now
         self.core = Swim(self.config, self.node_id, self.addr, meta=Meta(weight=self.weight),
-                         rng=self.sim.process_rng(), now=now)
+                         rng=self.sim.process_rng(), now=now, clock_offset_s=self.clock_offset_s)
         self.view = {self.node_id: self.weight}
         self._view_version += 1
         self._timer_at = None

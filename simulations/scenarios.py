@@ -195,7 +195,7 @@ def make_system(name: str) -> Any:
 def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | None = None,
                  seed: int = 1, system: str = "swim", loss: float | None = None,
                  partitions: int = 1024, replicas: int = 1, sample_interval_s: float = 0.5,
-                 latency_s: float = 0.0005, jitter_s: float = 0.0005,
+                 latency_s: float = 0.0005, jitter_s: float = 0.0005, clock_skew_s: float = 0.0,
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None) -> dict[str, Any]:
@@ -213,6 +213,10 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
     sys_ = make_system(system)
     if config is not None:
         sys_.config = config
+    if clock_skew_s:
+        if not hasattr(sys_, "clock_skew_s"):
+            raise ValueError(f"system {system!r} has no clocks to skew")
+        sys_.clock_skew_s = clock_skew_s
     if loss is not None and "loss" in kwargs:
         kwargs["loss"] = loss
     network = Network(LinkModel(latency_s, jitter_s, 0.0))
@@ -228,7 +232,8 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
     head = {"scenario": name, "system": sys_.name, "nodes": nodes, "seed": seed,
             "partitions": partitions, "replicas": replicas, "params": kwargs,
             "loss": cluster.sim.network.default.loss,
-            "lifeguard": getattr(getattr(sys_, "config", None), "lifeguard", None)}
+            "lifeguard": getattr(getattr(sys_, "config", None), "lifeguard", None),
+            "clock_skew_s": clock_skew_s}
     return {**head, **result}
 
 

@@ -66,6 +66,22 @@ def test_crash_is_detected_everywhere_and_partitions_taken_over() -> None:
     assert r["balance_max_over_mean"] < 1.5
 
 
+def test_a_crashed_node_is_suspected_within_three_periods_and_skewed_clocks_still_detect() -> None:
+    # The shared probe schedule at work: with one clock, a crashed member's next scheduled
+    # prober comes within two periods (the one due this period may have probed it already), and
+    # one period later it is suspect. Skewed clocks lose that bound, not detection.
+    kw = dict(nodes=32, duration_s=150, seed=7, partitions=256, params={"count": 12, "every_s": 10.0})
+    shared = run_scenario("crash-many", **kw)
+    skewed = run_scenario("crash-many", clock_skew_s=1000.0, **kw)
+    assert shared["clock_skew_s"] == 0.0 and skewed["clock_skew_s"] == 1000.0
+    assert shared["first_suspect_s"]["n"] == skewed["first_suspect_s"]["n"] == 12
+    assert shared["first_suspect_s"]["max"] <= 3 * 1.0 + 0.05  # default probe period 1 s
+    assert skewed["detection_s"]["n"] == 12 and skewed["undetected_crashes"] == 0
+    assert shared["false_deaths"] == skewed["false_deaths"] == 0
+    with pytest.raises(ValueError, match="no clocks"):
+        run_scenario("crash-one", nodes=4, duration_s=5, system="eventhubs", clock_skew_s=1.0)
+
+
 def test_split_merges_after_heal() -> None:
     r = run_scenario("split", nodes=8, duration_s=60, seed=4, partitions=256, params={"split_s": 20.0})
     heal = [e for e in r["events"] if e["kind"] == "heal"][0]
