@@ -33,17 +33,32 @@ from .config import MembershipConfig
 from .core import Swim
 from .messages import Addr, Event, MemberInfo, Meta
 
-__all__ = ["Member", "Subscription", "start_member"]
+__all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member"]
 
 _UNSPECIFIED_HOSTS = {"0.0.0.0", "::", ""}
 
 
-class Subscription:
-    """Async iterator of events from one member; ends when the member closes."""
+class SubscriptionOverflow(Exception):
+    """The subscriber fell more than ``max_backlog`` events behind and events were dropped:
+    read the current view (``Member.members()``) and subscribe again."""
 
-    def __init__(self, member: "Member") -> None:
+
+_OVERFLOW = object()
+
+
+class Subscription:
+    """Async iterator of events from one member; ends when the member closes.
+
+    Events wait in a queue of at most ``max_backlog``; a subscriber that falls further behind
+    (or never reads) is cut off rather than growing the queue without bound: its iteration
+    raises ``SubscriptionOverflow`` once it has read what was queued before the cut.
+    ``max_backlog=None`` is unbounded: for a reader that never stops reading, since one
+    push-pull with a large cluster delivers an event per member at once."""
+
+    def __init__(self, member: "Member", max_backlog: int | None = 10_000) -> None:
         self._member = member
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._max_backlog = max_backlog
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
 
     def __aiter__(self) -> "Subscription":
         return self
@@ -52,11 +67,24 @@ class Subscription:
         event = await self._queue.get()
         if event is None:
             raise StopAsyncIteration
-        return event
+        if event is _OVERFLOW:
+            raise SubscriptionOverflow(f"more than {self._max_backlog} unread membership events; "
+                                       "read members() and subscribe again")
+        return event  # type: ignore[return-value]
+
+    def _deliver(self, event: Event) -> None:
+        if self._max_backlog is None or self._queue.qsize() < self._max_backlog:
+            self._queue.put_nowait(event)
+            return
+        self._member.core.stats["subscriptions_overflowed"] += 1
+        self._end(_OVERFLOW)
 
     def close(self) -> None:
+        self._end(None)
+
+    def _end(self, last: object) -> None:
         self._member._subscriptions.discard(self)
-        self._queue.put_nowait(None)
+        self._queue.put_nowait(last)
 
 
 class Member(asyncio.DatagramProtocol):
@@ -107,9 +135,9 @@ class Member(asyncio.DatagramProtocol):
         """Alive and suspect members (the set placement owns partitions from)."""
         return self.core.live_members()
 
-    def subscribe(self) -> Subscription:
-        """Events from now on (``async for event in member.subscribe()``)."""
-        sub = Subscription(self)
+    def subscribe(self, max_backlog: int | None = 10_000) -> Subscription:
+        """Events from now on (``async for event in member.subscribe()``); see ``Subscription``."""
+        sub = Subscription(self, max_backlog)
         self._subscriptions.add(sub)
         return sub
 
@@ -161,8 +189,8 @@ class Member(asyncio.DatagramProtocol):
         for data, addr in self.core.datagrams_to_send():
             self._transport.sendto(data, addr)
         for event in self.core.events():
-            for sub in self._subscriptions:
-                sub._queue.put_nowait(event)
+            for sub in list(self._subscriptions):
+                sub._deliver(event)
         if self.core.leave_broadcast_done:
             self._left.set()
         deadline = self.core.get_timer()

@@ -126,6 +126,35 @@ def read_key_file(path: str) -> tuple[bytes, ...]:
 Listener = Callable[[int], object]
 
 
+class _ChangeStream:
+    """One ``ownership_changes`` reader's unread changes, merged into one (``OwnershipChange.then``):
+    a reader that is slow, or never reads, holds at most one partition set, not a queue."""
+
+    def __init__(self, first: OwnershipChange) -> None:
+        self._pending: OwnershipChange | None = first  # the first is yielded even when empty
+        self._first = True
+        self._closed = False
+        self._ready = asyncio.Event()
+
+    def put(self, change: OwnershipChange) -> None:
+        merged = change if self._pending is None else self._pending.then(change)
+        self._pending = merged if (merged or self._first) else None  # back where the reader is
+        self._ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    async def get(self) -> OwnershipChange | None:
+        while self._pending is None:
+            if self._closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        change, self._pending, self._first = self._pending, None, False
+        return change
+
+
 class Node:
     """One member of the cluster, embedded in an application process (see module docstring)."""
 
@@ -135,7 +164,7 @@ class Node:
         self._pump: asyncio.Task | None = None
         self._snapshot: PlacementSnapshot | None = None
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
-        self._queues: set[asyncio.Queue[OwnershipChange | None]] = set()
+        self._streams: set[_ChangeStream] = set()
         self._acquired_cbs: list[Listener] = []
         self._released_cbs: list[Listener] = []
         self._leaderships: dict[str, list[Callable[[], None]]] = {}
@@ -160,7 +189,7 @@ class Node:
         )
         self._last_view_change = time.monotonic()
         self._recompute()
-        self._pump = asyncio.create_task(self._pump_events(self._member.subscribe()), name=f"node-{c.node_id}")
+        self._pump = asyncio.create_task(self._pump_events(self._member.subscribe(max_backlog=None)), name=f"node-{c.node_id}")
         return self
 
     async def __aenter__(self) -> "Node":
@@ -198,8 +227,8 @@ class Node:
     def _end_streams(self) -> None:
         if self._holddown is not None:
             self._holddown.cancel()
-        for q in self._queues:
-            q.put_nowait(None)
+        for stream in self._streams:
+            stream.close()
 
     # ----- state ------------------------------------------------------------------------
     @property
@@ -268,15 +297,15 @@ class Node:
             self._released_cbs.append(released)
 
     async def ownership_changes(self) -> AsyncIterator[OwnershipChange]:
-        """Every ownership change from now on; the first item is the current ownership."""
-        q: asyncio.Queue[OwnershipChange | None] = asyncio.Queue()
-        q.put_nowait(OwnershipChange(self.owned_partitions(), frozenset(), self.table.checksum))
-        self._queues.add(q)
+        """Every ownership change from now on; the first item is the current ownership. A
+        reader that falls behind gets the changes it missed merged into one net change."""
+        stream = _ChangeStream(OwnershipChange(self.owned_partitions(), frozenset(), self.table.checksum))
+        self._streams.add(stream)
         try:
-            while (change := await q.get()) is not None:
+            while (change := await stream.get()) is not None:
                 yield change
         finally:
-            self._queues.discard(q)
+            self._streams.discard(stream)
 
     @contextlib.asynccontextmanager
     async def leadership(self, name: str) -> AsyncIterator[None]:
@@ -382,5 +411,5 @@ class Node:
         for p in sorted(change.acquired):
             for cb in self._acquired_cbs:
                 cb(p)
-        for q in self._queues:
-            q.put_nowait(change)
+        for stream in self._streams:
+            stream.put(change)
