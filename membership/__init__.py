@@ -19,7 +19,7 @@ drive it the same way)::
     core.receive_datagram(data, addr, now)         # never raises; bad input dropped + counted
     core.handle_timer(now)                         # run work that is due
     core.datagrams_to_send() -> [(bytes, addr)]    # drain the outbox (each <= mtu_bytes)
-    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused | DeclaredDead
+    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused | DeclaredDead | IdConflict
     core.get_timer() -> float | None               # when to call handle_timer next
     core.members() / core.live_members()           # MemberInfo; live = alive + suspect
     core.member(node_id) -> MemberInfo | None; core.incarnation; core.meta
@@ -31,6 +31,8 @@ drive it the same way)::
 
 ``DeclaredDead(incarnation, at)``: another member declared *this* one dead (the core refutes at
 once); whatever this member owned may already have been given to others.
+``IdConflict(addr, bumps, at)``: another live process at ``addr`` uses this member's id (at most
+one event a minute while it lasts).
 
 Placement must own partitions from ``live_members()`` (alive *and* suspect): suspicion is the
 protocol's way of giving a slow member time, not a verdict.
@@ -45,12 +47,13 @@ process should stop on the first one.
 from .config import MembershipConfig
 from .core import Swim
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, JoinRefused, MemberEvent,
-    MemberInfo, Meta,
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, IdConflict, JoinRefused,
+    MemberEvent, MemberInfo, Meta,
 )
 from .wire import PROTOCOL_VERSION, Keyring
 
 __all__ = [
-    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "DeclaredDead", "Event",
+    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "DeclaredDead", "IdConflict",
+    "Event",
     "Addr", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES", "Keyring", "PROTOCOL_VERSION",
 ]

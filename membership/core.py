@@ -107,7 +107,8 @@ from typing import Iterable, Iterator, Sequence
 from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, JoinRefused,
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, IdConflict,
+    JoinRefused,
     MemberEvent, MemberInfo, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 from .queue import BroadcastQueue
@@ -119,6 +120,10 @@ __all__ = ["Swim"]
 # A push-pull request from one address is answered at most this often (limits amplification:
 # one small request datagram triggers several full-state datagrams).
 _PUSH_PULL_REPLY_GUARD_S = 1.0
+# Raising our incarnation this often within the window because of records of us at another
+# address means another live process has our id (see _foreign_claim).
+_ID_CONFLICT_BUMPS = 3
+_ID_CONFLICT_WINDOW_S = 60.0
 
 
 def _ring_key(node_id: str) -> tuple[int, str]:
@@ -225,6 +230,8 @@ class Swim:
         self._next_dead_retry_at = now + config.dead_retry_interval_s
         self._last_push_pull_at = float("-inf")
         self._last_unknown_sync_at = float("-inf")
+        self._foreign_claims: deque[float] = deque()
+        self._id_conflict_at = float("-inf")
         self._push_pull_replies: dict[Addr, tuple[float, int]] = {}
         #: Counters: probes, acks, suspicions, refutations, traffic, drops by reason, ...
         self.stats: Counter[str] = Counter()
@@ -552,6 +559,8 @@ class Swim:
             if msg.incarnation > me.incarnation or (
                     msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
                 # Someone holds a newer or different record of us (e.g. from before a restart).
+                if msg.addr != me.addr:
+                    self._foreign_claim(msg.addr, now)
                 self._bump_incarnation(msg.incarnation)
             return
         m = self._members.get(msg.node)
@@ -682,6 +691,20 @@ class Swim:
             return
         self.stats["deaths_declared"] += 1
         self._on_dead(Dead(node_id, m.incarnation, self.node_id), now, synced_by=None)
+
+    def _foreign_claim(self, addr: Addr, now: float) -> None:
+        """A record of us at another address made us raise our incarnation. Once is a restart
+        (the cluster still held our old address); again and again within a minute is another
+        live process with our id, raising its incarnation over ours each time (memberlist
+        logs such conflicts; we report them as an event, at most one a minute)."""
+        claims = self._foreign_claims
+        claims.append(now)
+        while claims and claims[0] < now - _ID_CONFLICT_WINDOW_S:
+            claims.popleft()
+        if len(claims) >= _ID_CONFLICT_BUMPS and now - self._id_conflict_at >= _ID_CONFLICT_WINDOW_S:
+            self._id_conflict_at = now
+            self.stats["id_conflicts"] += 1
+            self._events.append(IdConflict(addr, len(claims), now))
 
     def _refute(self, accused_incarnation: int) -> None:
         if self._leaving:

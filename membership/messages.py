@@ -184,4 +184,15 @@ class DeclaredDead:
     at: float
 
 
-Event = Union[MemberEvent, JoinRefused, DeclaredDead]
+@dataclass(frozen=True)
+class IdConflict:
+    """Another live process at ``addr`` uses this member's node id: both keep raising their
+    incarnation over each other's (seen ``bumps`` times within a minute). A restart leaves one
+    such bump at most; a duplicate id is a configuration error the core cannot resolve."""
+
+    addr: Addr
+    bumps: int
+    at: float
+
+
+Event = Union[MemberEvent, JoinRefused, DeclaredDead, IdConflict]

@@ -264,7 +264,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     @app.get("/readyz", responses={503: {"model": Problem}})
     async def readyz() -> Response:
         if not node.ready:
-            refused = getattr(node, "refused", None)
+            refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
             detail = str(refused) if refused else "not joined yet, or the membership view has not settled"
             return problem(503, "Not ready", detail)
         return Response(json.dumps({"status": "ready", "node": node.node_id}), media_type="application/json")

@@ -35,11 +35,12 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from membership import DeclaredDead, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
+from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
 from membership.aio import Member, start_member
 
 from .errors import InvalidConfigError, PlacementError
@@ -126,6 +127,12 @@ def read_key_file(path: str) -> tuple[bytes, ...]:
 Listener = Callable[[int], object]
 
 
+_log = logging.getLogger("placement.node")
+# The core reports a persisting id conflict at most once a minute: hold "not ready" a little
+# longer than that, so it does not flap while the conflict lasts.
+_ID_CONFLICT_HOLD_S = 90.0
+
+
 class _ChangeStream:
     """One ``ownership_changes`` reader's unread changes, merged into one (``OwnershipChange.then``):
     a reader that is slow, or never reads, holds at most one partition set, not a queue."""
@@ -169,6 +176,7 @@ class Node:
         self._released_cbs: list[Listener] = []
         self._leaderships: dict[str, list[Callable[[], None]]] = {}
         self._refused: JoinRefusedError | None = None
+        self._id_conflict: tuple[str, float] | None = None  # (message, monotonic time)
         self._last_view_change = 0.0
         self._has_peer = False
         self._leaving = False
@@ -262,13 +270,21 @@ class Node:
     @property
     def ready(self) -> bool:
         """Joined and the view has settled."""
-        if self._refused or self._leaving or self._member is None:
+        if self._refused or self._leaving or self._member is None or self.id_conflict:
             return False
         return self.joined and time.monotonic() - self._last_view_change >= self.config.settle_s
 
     @property
     def refused(self) -> JoinRefusedError | None:
         return self._refused
+
+    @property
+    def id_conflict(self) -> str | None:
+        """Set while another live process uses this node's id (reported within the last
+        ``_ID_CONFLICT_HOLD_S``): the node is not ready until the duplicate is gone."""
+        if self._id_conflict is None or time.monotonic() - self._id_conflict[1] > _ID_CONFLICT_HOLD_S:
+            return None
+        return self._id_conflict[0]
 
     def owns(self, key: str | bytes) -> bool:
         """Is this node the leader of the key's partition (and joined, and not leaving)?"""
@@ -353,6 +369,12 @@ class Node:
                 continue
             if isinstance(event, DeclaredDead):
                 self._declared_dead()
+                continue
+            if isinstance(event, IdConflict):
+                message = (f"another process at {event.addr[0]}:{event.addr[1]} uses node id "
+                           f"{self.node_id!r}: give every process its own id (both own its partitions)")
+                _log.error("%s", message)
+                self._id_conflict = (message, time.monotonic())
                 continue
             if isinstance(event, MemberEvent) and event.member.node_id != self.node_id:
                 self._has_peer = True

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from membership import ALIVE, DEAD, LEFT, SUSPECT, JoinRefused, MembershipConfig, Meta, Swim
+from membership import ALIVE, DEAD, LEFT, SUSPECT, IdConflict, JoinRefused, MembershipConfig, Meta, Swim
 from membership.messages import Ack, Alive, Ping, Suspect
 from membership.queue import BroadcastQueue
 from membership_sim import SimNetwork, build_cluster, decode, forge
@@ -375,6 +375,26 @@ def test_a_joiner_gossips_its_own_arrival():
     core.handle_timer(core.get_timer())
     gossiped = [m for d, _ in core.datagrams_to_send() for m in decode(config, d)]
     assert Alive("new", 0, ("10.0.0.9", 9), Meta()) in gossiped
+
+
+def test_another_live_process_with_our_id_is_reported_but_a_restart_is_not():
+    config = MembershipConfig()
+    core = _lonely_core(config, 2)
+    other = ("10.0.0.7", 7)
+    # A restart: the cluster still holds us at an old address, once -> one bump, no conflict.
+    core.receive_datagram(forge(config, "x0", [Alive("me", 0, other, Meta())], seq=2), ("10.0.0.2", 100), 1.0)
+    assert core.incarnation == 1
+    assert not [e for e in core.events() if isinstance(e, IdConflict)]
+    # A duplicate keeps raising its incarnation over ours.
+    for i, t in enumerate((5.0, 9.0)):
+        claim = Alive("me", core.incarnation + 1, other, Meta())
+        core.receive_datagram(forge(config, "x0", [claim], seq=3 + i), ("10.0.0.2", 100), t)
+    (conflict,) = [e for e in core.events() if isinstance(e, IdConflict)]
+    assert conflict.addr == other and conflict.bumps == 3 and core.stats["id_conflicts"] == 1
+    # At most one event a minute while it lasts.
+    claim = Alive("me", core.incarnation + 1, other, Meta())
+    core.receive_datagram(forge(config, "x0", [claim], seq=9), ("10.0.0.2", 100), 12.0)
+    assert not [e for e in core.events() if isinstance(e, IdConflict)]
 
 
 def test_idle_converged_cluster_sends_no_full_state():

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
-from membership import DEAD, MembershipConfig, MemberEvent, Meta
+from membership import DEAD, IdConflict, MembershipConfig, MemberEvent, Meta
 from membership.aio import start_member
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
@@ -58,6 +59,30 @@ def test_udp_members_converge_and_detect_an_abrupt_close():
             if isinstance(event, MemberEvent):
                 seen.append((event.kind, event.member.node_id))
         assert ("dead", "m3") in seen and ("left", "m4") in seen and ("updated", "m0") in seen
+
+    asyncio.run(scenario())
+
+
+def test_two_processes_with_one_id_are_reported_as_a_conflict():
+    # The others hold the id at one address, so the loser of each round hears of the other only
+    # through anti-entropy: a short push-pull interval makes the rounds quick.
+    cfg = dataclasses.replace(FAST, push_pull_min_interval_s=0.5)
+
+    async def scenario():
+        first = await start_member(cfg, "m0")
+        a = await start_member(cfg, "dup", seeds=[first.bound])
+        b = await start_member(cfg, "dup", seeds=[first.bound])
+        conflicts = [x.subscribe() for x in (a, b)]
+        try:
+            await wait_for(lambda: a.core.stats["id_conflicts"] + b.core.stats["id_conflicts"] > 0, 10.0,
+                           "an id conflict reported")
+        finally:
+            for x in (first, a, b):
+                x.close()
+        seen = []
+        for sub in conflicts:  # each subscription ends when its member closes
+            seen += [e async for e in sub if isinstance(e, IdConflict)]
+        assert seen and {e.addr for e in seen} <= {a.bound, b.bound}
 
     asyncio.run(scenario())
 

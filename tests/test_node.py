@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI
 
 from membership import MembershipConfig
 from placement.guard import require_ownership
+from placement.http_api import create_app
 from placement.node import LeadershipLost, Node, NodeConfig
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
@@ -156,7 +157,6 @@ class HostRouter(httpx.AsyncBaseTransport):
 
 def test_async_client_routes_locally_and_retries_once_after_421():
     from placement.client import AsyncPlacementClient
-    from placement.http_api import create_app
 
     def app_for(node):
         app = create_app(node)
@@ -212,5 +212,23 @@ def test_node_declared_dead_releases_everything_then_reacquires_after_holddown()
         assert [e for e in log if e[0] == "acquired"] == [("acquired", p) for p in sorted(held)]
         for n in (n2, n1):
             await n.leave()
+
+    asyncio.run(main())
+
+
+def test_a_second_process_with_the_same_id_makes_the_node_unready_with_the_reason():
+    async def main():
+        nodes = await start_cluster(2)
+        twin = await Node(config("n2", join=[nodes[0].member.bound])).start()
+        twins = [nodes[1], twin]
+        await eventually(lambda: any(x.id_conflict for x in twins), what="an id conflict")
+        flagged = next(x for x in twins if x.id_conflict)
+        assert not flagged.ready and "uses node id 'n2'" in flagged.id_conflict
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(flagged)),
+                                     base_url="http://t") as client:
+            r = await client.get("/readyz")
+        assert r.status_code == 503 and "give every process its own id" in r.json()["detail"]
+        for n in [*nodes, twin]:
+            n.close()
 
     asyncio.run(main())
