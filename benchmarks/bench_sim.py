@@ -64,7 +64,7 @@ def pooled_detection(n: int, first_seed: int, seeds: int) -> None:
     (16 kills per seed: one seed's p99 is its maximum, too few samples for a tail)."""
     spec = dict(runs(n, 0.0, 0.0)["crash"])
     name = spec.pop("name")
-    samples, first = [], []
+    samples: list[float] = []
     for seed in range(first_seed, first_seed + seeds):
         r = run_scenario(name, seed=seed, **spec)
         samples += r["detection_samples_s"]

@@ -308,7 +308,7 @@ class RedisRaceNode(Node):
         if self.leaving:
             return
         now = self.sim.now
-        kv, me = self.store.kv, self.node_id
+        kv = self.store.kv
         for p in range(self.partitions):
             if p in self.held or self.next_challenge[p] > now:
                 continue
