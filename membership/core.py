@@ -95,7 +95,7 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
     ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, JoinRefused,
-    MemberEvent, MemberInfo, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
@@ -429,7 +429,7 @@ class Swim:
         # order): refute before acking, so the ack itself carries the refutation (see _on_ping).
         accused = accusation is not None and self._awareness.enabled \
             and any(isinstance(m, Ping) for m in env.messages)
-        if accused:
+        if accused and accusation is not None:  # (the second test is for the type checker)
             self._on_suspect(accusation, now)
         in_sync: PushPull | None = None
         for msg in env.messages:
@@ -656,7 +656,7 @@ class Swim:
             if m is None or m.status != SUSPECT:
                 continue
             self.stats["last_chance_pings"] += 1
-            head = [Ping(self._next_seq(), node_id), Suspect(node_id, m.incarnation, self.node_id)]
+            head: list[Message] = [Ping(self._next_seq(), node_id), Suspect(node_id, m.incarnation, self.node_id)]
             self._send(m.addr, [self._codec.encode_message(x) for x in head])
 
     def _suspicion_expired(self, node_id: str, now: float) -> None:
