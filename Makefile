@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean jvm
+.PHONY: run test bench clean jvm sim-fast
 
 # A JDK (not only a JRE): Spark runs on it, and javac builds the JVM key hash (spark_jobs/jvm).
 $(STAMP): pyproject.toml
@@ -29,6 +29,22 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_placement.py
+
+# Optional: the membership core compiled with mypyc, for faster simulations (docs/simulations.md,
+# "Speed"). The sources stay the truth: they are copied to $(FAST) and compiled there, and only
+# runs with PYTHONPATH=$(FAST) use the build. mypy comes from its own venv, not the project's.
+FAST := build/mypyc
+MYPYC_VENV := build/mypyc-venv
+MYPYC_MODULES := core wire queue suspicion awareness messages config
+PYTHON ?= $(BIN)/python
+
+sim-fast:
+	test -x $(MYPYC_VENV)/bin/mypyc || { $(PYTHON) -m venv $(MYPYC_VENV) && \
+	  $(MYPYC_VENV)/bin/python -m pip install --quiet "mypy>=1.10" setuptools; }
+	rm -rf $(FAST) && mkdir -p $(FAST) && cp -r membership $(FAST)/ && rm -rf $(FAST)/membership/__pycache__
+	cd $(FAST) && $(abspath $(MYPYC_VENV))/bin/mypyc --ignore-missing-imports \
+	  $(MYPYC_MODULES:%=membership/%.py) > mypyc.log
+	@echo "built $(FAST); use it with PYTHONPATH=$(FAST)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

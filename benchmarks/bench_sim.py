@@ -13,16 +13,21 @@ wall" goal): ``steady``, ``crash-many`` (one kill every 30 s) and ``loss`` at 5%
 ``--speed-s`` simulated seconds after warm-up, each ``--repeat`` times; prints simulated
 seconds per wall second and the wall seconds one simulated hour would take, best of the
 repeats (the machine may be shared: the best run is the least disturbed one).
+
+With ``PYTHONPATH=build/mypyc`` (after ``make sim-fast``) the membership core runs compiled;
+the first line printed says which core ran, and a build older than the sources is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(ROOT)  # after PYTHONPATH, so a mypyc build there is used
 
 from simulations.cluster import progress_bar  # noqa: E402
 from simulations.metrics import percentiles  # noqa: E402
@@ -38,6 +43,23 @@ def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:
         "split": dict(name="split", nodes=n, duration_s=120.0, params={"split_s": 60.0}),
         "steady-hour": dict(name="steady", nodes=n, duration_s=hour),
     }
+
+
+def membership_build() -> str:
+    """Which membership core runs: the sources, or a mypyc build of them (exit if it is stale)."""
+    import membership.core
+
+    pkg = os.path.dirname(os.path.abspath(membership.core.__file__))
+    src = os.path.join(ROOT, "membership")
+    if os.path.samefile(pkg, src):
+        return "pure Python"
+    built = os.path.join(pkg, "{}")
+    stale = [f for f in sorted(os.listdir(src)) if f.endswith(".py") and not (
+        os.path.exists(built.format(f)) and filecmp.cmp(os.path.join(src, f), built.format(f), shallow=False))]
+    if stale:
+        sys.exit(f"{pkg} was built from older sources ({', '.join(stale)} changed): run `make sim-fast`")
+    compiled = not membership.core.__file__.endswith(".py")
+    return f"{'compiled with mypyc' if compiled else 'pure Python'}, from {pkg}"
 
 
 def speed(n: int, sim_s: float, repeat: int, seed: int) -> None:
@@ -88,6 +110,7 @@ def main() -> int:
     ap.add_argument("--speed-s", type=float, default=300.0, help="simulated seconds per --speed run")
     ap.add_argument("--repeat", type=int, default=3, help="--speed: runs per scenario (best counts)")
     args = ap.parse_args()
+    print(f"membership core: {membership_build()}", flush=True)
     if args.speed:
         speed(args.nodes, args.speed_s, args.repeat, args.seed)
         return 0

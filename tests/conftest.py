@@ -5,6 +5,14 @@ import shutil
 import pytest
 
 
+def pytest_report_header() -> str:
+    """Say which membership core runs: the sources, or a mypyc build (`make sim-fast`)."""
+    import membership.core
+
+    path = membership.core.__file__
+    return f"membership core: {'pure Python' if path.endswith('.py') else 'compiled with mypyc'} ({path})"
+
+
 @pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark", reason="pyspark not installed (pip install -e '.[dev]')")
