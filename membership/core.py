@@ -176,8 +176,9 @@ class Swim:
     """One member's SWIM/Lifeguard state machine. See the module docstring and ``membership``."""
 
     def __init__(self, config: MembershipConfig, node_id: str, advertise: Addr, *,
-                 meta: Meta | None = None, rng: random.Random, now: float,
+                 rng: random.Random, now: float, meta: Meta | None = None,
                  incarnation: int = 0, clock_offset_s: float = 0.0) -> None:
+        # (Required keyword arguments first: mypyc cannot describe a signature otherwise.)
         meta = meta if meta is not None else Meta()
         self._check_meta(config, meta)
         check_outgoing(Alive(node_id, incarnation, (advertise[0], int(advertise[1])), meta))
