@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from membership import MembershipConfig
 from membership.awareness import Awareness
@@ -67,6 +69,42 @@ def test_queue_newer_update_replaces_older_and_refine_keeps_the_count():
     assert q.transmits("a") == 0
     q.refine("zzz", b"ignored")
     assert "zzz" not in q
+
+
+def _reference_take(items: dict, budget: int, limit: int) -> list[bytes]:
+    """The queue's rule spelled out: sort every time, least sent then newest first."""
+    chosen = []
+    for key, it in sorted(items.items(), key=lambda kv: (kv[1]["transmits"], -kv[1]["order"])):
+        if len(it["blob"]) > budget:
+            continue
+        budget -= len(it["blob"])
+        chosen.append(it["blob"])
+        it["transmits"] += 1
+        if it["transmits"] >= limit:
+            del items[key]
+    return chosen
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.just("push"), st.sampled_from("abcdefgh"), st.integers(1, 40)),
+    st.tuples(st.just("refine"), st.sampled_from("abcdefgh"), st.integers(1, 40)),
+    st.tuples(st.just("take"), st.integers(0, 120), st.integers(1, 5))), max_size=60))
+def test_queue_keeps_its_order_between_takes_exactly_as_a_fresh_sort_would(ops):
+    q, ref, order = BroadcastQueue(), {}, 0
+    for op, a, b in ops:
+        if op == "push":
+            order += 1
+            blob = f"{a}{order}".encode().ljust(b, b".")
+            q.push(a, blob)
+            ref[a] = {"blob": blob, "transmits": 0, "order": order}
+        elif op == "refine":
+            if a in ref:
+                blob = f"{a}r".encode().ljust(b, b".")
+                q.refine(a, blob)
+                ref[a]["blob"] = blob
+        else:
+            assert q.take(a, len, b) == _reference_take(ref, a, b)
+        assert sorted(q) == sorted(ref)
 
 
 def test_config_derived_values_and_validation():
