@@ -30,9 +30,8 @@ clock divided by T) the member at ring position ``p`` probes position ``p + 1 + 
 While views agree each member is probed exactly once per period, by a different member each
 time, so a failed member is probed within two periods (mean 0.58 T: this period's prober may
 have probed it just before the failure), and each member still probes every other once per
-N-1 periods (SWIM's bound). Views
-that disagree or clocks that are skewed only make the pattern less regular (a target is probed
-twice or not at all in a period), never stop probing. The period needs a clock the members
+N-1 periods (SWIM's bound). Views that disagree or clocks that are skewed only make the pattern
+less regular (a target is probed twice or not at all in a period), never stop probing. The period needs a clock the members
 share: the driver passes ``clock_offset_s`` such that ``now + clock_offset_s`` is Unix time
 (NTP keeps that within milliseconds; the simulator's clock is shared).
 
