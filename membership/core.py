@@ -498,6 +498,10 @@ class Swim:
             me = self._self
             head.append(encode(Alive(self.node_id, me.incarnation, me.addr, me.meta)))
         known = self._members.get(sender)
+        if known is not None and known.status in (SUSPECT, DEAD):
+            # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
+            head.append(encode(self._state_message(known)))
+        self._send(addr, head)
         if known is None and not self._leaving \
                 and now - self._last_unknown_sync_at >= self.config.probe_interval_s:
             # A member we have never heard of probes us: its arrival's gossip missed us (or we
@@ -505,13 +509,7 @@ class Swim:
             # checksum mismatch; at most one such exchange per probe interval.
             self._last_unknown_sync_at = now
             self.stats["unknown_pinger_syncs"] += 1
-            self._send(addr, head)
             self._send_state(addr, reply=True, now=now)
-            return
-        if known is not None and known.status in (SUSPECT, DEAD):
-            # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
-            head.append(encode(self._state_message(known)))
-        self._send(addr, head)
 
     def _on_ack(self, msg: Ack, sender: str, addr: Addr, carried_state: bool, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
