@@ -23,7 +23,7 @@ drive it the same way)::
     core.get_timer() -> float | None               # when to call handle_timer next
     core.members() / core.live_members()           # MemberInfo; live = alive + suspect
     core.member(node_id) -> MemberInfo | None; core.incarnation; core.meta
-    core.view_checksum                             # CRC-32 of live ids+incarnations (on acks)
+    core.view_checksum                             # sum of CRC-32s of live ids+incarnations (on acks)
     core.update_meta(meta, now); core.leave(now); core.leave_broadcast_done
     core.report_loop_lag(lag_s, now); core.local_health   # Lifeguard awareness score
     core.stats                                     # Counter: probes_sent, dropped_<reason>, ...

@@ -10,69 +10,67 @@ probability while per-member load stays constant.
 
 from __future__ import annotations
 
-from operator import attrgetter
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["BroadcastQueue"]
 
-
-class _Item:
-    __slots__ = ("key", "blob", "transmits", "age", "cost", "cost_fn")
-
-    def __init__(self, key: str, blob: bytes, order: int) -> None:
-        self.key = key
-        self.blob = blob
-        self.transmits = 0
-        self.age = -order  # newer items sort first
-        self.cost = 0
-        self.cost_fn: Callable[[bytes], int] | None = None  # what ``cost`` was computed with
-
-
-_URGENCY = attrgetter("transmits", "age")  # fewest transmissions first, then newest
+# An entry is a list [rank, transmits, blob, cost, key] with
+# rank = transmits * _RANK_STEP - order (order: a counter of pushes), so that plain list
+# comparison sorts entries most urgent first (fewest transmissions, then newest) by comparing
+# one int: ranks are unique, so the later fields are never compared. This is the hot loop of
+# every gossip round; a key function (attrgetter of a (transmits, age) tuple) cost a call and a
+# tuple per entry per sort.
+_RANK, _TRANSMITS, _BLOB, _COST, _KEY = range(5)
+_RANK_STEP = 1 << 48  # more pushes than a member makes in any lifetime
 
 
 class BroadcastQueue(dict):
     """The queued updates by member id (a dict, so ``len``, truth and ``in`` cost no Python
     call: the core asks after every input whether anything is queued). Change it only through
-    ``push``, ``refine`` and ``take``."""
+    ``push``, ``refine`` and ``take``.
 
-    __slots__ = ("_order",)
+    ``cost(blob)`` is the number of datagram bytes one update takes; it is computed once per
+    update, when it is queued or replaced.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_order", "_cost")
+
+    def __init__(self, cost: Callable[[bytes], int] = len) -> None:
         super().__init__()
         self._order = 0
+        self._cost = cost
 
     def push(self, key: str, blob: bytes) -> None:
         """Queue ``blob`` about member ``key``, replacing any older update about it."""
         self._order += 1
-        self[key] = _Item(key, blob, self._order)
+        self[key] = [-self._order, 0, blob, self._cost(blob), key]
 
     def refine(self, key: str, blob: bytes) -> None:
         """Replace the queued update about ``key`` by ``blob``, keeping its transmission count;
         nothing if no update about ``key`` is queued any more."""
-        old = self.get(key)
-        if old is not None:
-            old.blob = blob
-            old.cost_fn = None
+        entry = self.get(key)
+        if entry is not None:
+            entry[_BLOB] = blob
+            entry[_COST] = self._cost(blob)
 
     def transmits(self, key: str) -> int | None:
-        item = self.get(key)
-        return None if item is None else item.transmits
+        entry = self.get(key)
+        return None if entry is None else entry[_TRANSMITS]
 
-    def take(self, budget: int, cost: Callable[[bytes], int], limit: int) -> list[bytes]:
+    def take(self, budget: int, limit: int) -> list[bytes]:
         """Blobs that fit in ``budget`` bytes, most urgent first; counts one transmission each."""
         if not self or budget <= 0:
             return []
         chosen: list[bytes] = []
-        for item in sorted(self.values(), key=_URGENCY):
-            if item.cost_fn is not cost:  # an item is offered many times: size it once
-                item.cost, item.cost_fn = cost(item.blob), cost
-            c = item.cost
-            if c > budget:
+        entry: list[Any]
+        for entry in sorted(self.values()):
+            cost = entry[_COST]
+            if cost > budget:
                 continue
-            budget -= c
-            chosen.append(item.blob)
-            item.transmits += 1
-            if item.transmits >= limit:
-                del self[item.key]
+            budget -= cost
+            chosen.append(entry[_BLOB])
+            entry[_RANK] += _RANK_STEP
+            entry[_TRANSMITS] += 1
+            if entry[_TRANSMITS] >= limit:
+                del self[entry[_KEY]]
         return chosen

@@ -51,20 +51,19 @@ def test_queue_sends_least_sent_newest_first_within_budget_and_limit():
     q = BroadcastQueue()
     q.push("a", b"A" * 10)
     q.push("b", b"B" * 10)
-    cost = len
-    assert q.take(15, cost, limit=2) == [b"B" * 10]  # newest first, only one fits
-    assert q.take(100, cost, limit=2) == [b"A" * 10, b"B" * 10]  # A sent 0 times, B once
-    assert q.take(100, cost, limit=2) == [b"A" * 10]  # B hit the limit and was dropped
+    assert q.take(15, limit=2) == [b"B" * 10]  # newest first, only one fits
+    assert q.take(100, limit=2) == [b"A" * 10, b"B" * 10]  # A sent 0 times, B once
+    assert q.take(100, limit=2) == [b"A" * 10]  # B hit the limit and was dropped
     assert len(q) == 0
 
 
 def test_queue_newer_update_replaces_older_and_refine_keeps_the_count():
     q = BroadcastQueue()
     q.push("a", b"old")
-    q.take(100, len, limit=3)
+    q.take(100, limit=3)
     q.refine("a", b"refined")
     assert q.transmits("a") == 1
-    assert q.take(100, len, limit=3) == [b"refined"]
+    assert q.take(100, limit=3) == [b"refined"]
     q.push("a", b"new")
     assert q.transmits("a") == 0
     q.refine("zzz", b"ignored")
@@ -103,7 +102,7 @@ def test_queue_keeps_its_order_between_takes_exactly_as_a_fresh_sort_would(ops):
                 q.refine(a, blob)
                 ref[a]["blob"] = blob
         else:
-            assert q.take(a, len, b) == _reference_take(ref, a, b)
+            assert q.take(a, b) == _reference_take(ref, a, b)
         assert sorted(q) == sorted(ref)
 
 

@@ -74,6 +74,37 @@ def test_replay_filter_window():
     assert f.check_and_record("b", 1, 10)
 
 
+def test_replay_filter_evicts_the_sender_first_seen_longest_ago():
+    f = ReplayFilter(max_senders=2)
+    assert f.check_and_record("a", 1, 1) and f.check_and_record("b", 1, 1)
+    assert f.check_and_record("a", 1, 2)  # updated in place: "a" is still the oldest
+    assert f.check_and_record("c", 1, 1)  # evicts "a"
+    assert f.check_and_record("a", 1, 2)  # forgotten, so accepted again (and evicts "b")
+    assert not f.check_and_record("c", 1, 1)
+    assert f.check_and_record("b", 1, 1)
+
+
+def _reference_replay(seen: dict, sender: str, epoch: int, seq: int) -> bool:
+    """The filter's rule spelled out with a set of every accepted seq (no eviction)."""
+    state = seen.get(sender)
+    if state is None or state[0] != epoch:
+        seen[sender] = (epoch, {seq})
+        return True
+    accepted = state[1]
+    top = max(accepted)
+    if seq in accepted or top - seq >= ReplayFilter.WINDOW:
+        return False
+    accepted.add(seq)
+    return True
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.integers(0, 200)), max_size=80))
+def test_replay_filter_agrees_with_a_set_of_accepted_seqs(ops):
+    f, seen = ReplayFilter(), {}
+    for sender, epoch, seq in ops:
+        assert f.check_and_record(sender, epoch, seq) == _reference_replay(seen, sender, epoch, seq)
+
+
 # --- bad datagrams into a running core -------------------------------------------------------
 
 def snapshot(core: Swim):
