@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given
@@ -104,6 +105,16 @@ def test_queue_keeps_its_order_between_takes_exactly_as_a_fresh_sort_would(ops):
         else:
             assert q.take(a, b) == _reference_take(ref, a, b)
         assert sorted(q) == sorted(ref)
+
+
+@given(st.integers(0, 300), st.integers(0, 7), st.integers(0, 2**32))
+def test_core_sample_draws_exactly_what_random_sample_draws(n, k, seed):
+    from membership.core import _sample
+    k = min(k, n)
+    a, b = random.Random(seed), random.Random(seed)
+    population = [f"m{i}" for i in range(n)]
+    assert _sample(a, population, k) == b.sample(population, k)
+    assert a.random() == b.random()  # and leaves the generator in the same state
 
 
 def test_config_derived_values_and_validation():
