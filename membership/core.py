@@ -483,13 +483,10 @@ class Swim:
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
-        carried_state = False
         accusation: Suspect | None = None
         for msg in env.messages:
-            if isinstance(msg, (Alive, Suspect, Dead)):
-                carried_state = True
-                if isinstance(msg, Suspect) and msg.node == self.node_id:
-                    accusation = msg
+            if isinstance(msg, Suspect) and msg.node == self.node_id:
+                accusation = msg
         # A ping that carries a suspicion of us (Lifeguard buddy system; plain SWIM keeps gossip
         # order): refute before acking, so the ack itself carries the refutation (see _on_ping).
         accused = accusation is not None and self._awareness.enabled \
@@ -501,7 +498,7 @@ class Swim:
             if isinstance(msg, Ping):
                 self._on_ping(msg, env.sender, addr, now, accused)
             elif isinstance(msg, Ack):
-                self._on_ack(msg, env.sender, addr, carried_state, now)
+                self._on_ack(msg, env, addr, now)
             elif isinstance(msg, Alive):
                 self._on_alive(msg, now)
             elif isinstance(msg, Suspect):
@@ -550,7 +547,7 @@ class Swim:
             self._stats["unknown_pinger_syncs"] += 1
             self._send_state(addr, reply=True, now=now)
 
-    def _on_ack(self, msg: Ack, sender: str, addr: Addr, carried_state: bool, now: float) -> None:
+    def _on_ack(self, msg: Ack, env: Envelope, addr: Addr, now: float) -> None:
         relay = self._relays.pop(msg.seq, None)
         if relay is not None:
             self._send(relay.requester, [self._codec.encode_message(Ack(relay.seq, msg.checksum))])
@@ -569,8 +566,11 @@ class Swim:
         probe.acked = True
         self._stats["acks_received"] += 1
         self._awareness.apply(-1)
-        if sender == probe.target and msg.checksum != self.view_checksum and not carried_state \
-                and not self._queue and now - self._last_push_pull_at >= self.config.push_pull_min_interval_s:
+        # Anti-entropy (module docstring); the scan for updates riding with the ack comes last,
+        # so only a checksum mismatch pays for it.
+        if env.sender == probe.target and msg.checksum != self.view_checksum and not self._queue \
+                and now - self._last_push_pull_at >= self.config.push_pull_min_interval_s \
+                and not any(isinstance(m, (Alive, Suspect, Dead)) for m in env.messages):
             self._stats["anti_entropy_syncs"] += 1
             self._send_state(addr, reply=True, now=now)
 
