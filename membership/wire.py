@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 import msgpack
 from cryptography.exceptions import InvalidTag
@@ -152,7 +152,7 @@ class ReplayFilter:
     forgets its window.
     """
 
-    WINDOW = _WINDOW
+    WINDOW: ClassVar[int] = _WINDOW  # (ClassVar: a class attribute in the mypyc build too)
 
     def __init__(self, max_senders: int = 4096) -> None:
         self._state: dict[str, tuple[int, int, int]] = {}
