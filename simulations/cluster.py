@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from membership import MembershipConfig
 from placement import PlacementTable
+from placement.exclusive import ExclusiveConfig
 
 from .engine import Network, Simulation
 from .metrics import Recorder
@@ -37,9 +38,14 @@ class SwimSystem:
 
     warmup_max_s = 120.0
 
-    def __init__(self, config: MembershipConfig | None = None, name: str = "swim") -> None:
+    def __init__(self, config: MembershipConfig | None = None, name: str = "swim",
+                 exclusive: ExclusiveConfig | None = None, drain_s: float = 2.0) -> None:
         self.config = config or MembershipConfig()
         self.name = name
+        #: Exclusive ownership rules (None: availability first, each node leads what its own
+        #: table says). The simulated application takes ``drain_s`` to release a partition.
+        self.exclusive = exclusive
+        self.drain_s = drain_s
         #: Each node's clock is off by a uniform draw from +-clock_skew_s (its own RNG stream,
         #: so other draws are unchanged); it only shifts the probe schedule's periods.
         self.clock_skew_s = 0.0
@@ -58,12 +64,25 @@ class SwimSystem:
             offset = self._skew_rng.uniform(-self.clock_skew_s, self.clock_skew_s)
         return SwimNode(cluster.sim, node_id, index, weight, config=self.config,
                         placement=cluster.placement, seeds=lambda: cluster.seed_addrs(node_id),
-                        on_event=cluster.metrics.member_event, clock_offset_s=offset)
+                        on_event=cluster.metrics.member_event, clock_offset_s=offset,
+                        exclusive=self.exclusive, drain_s=self.drain_s,
+                        on_ownership=cluster.metrics.ownership)
 
     def settled(self, cluster: "Cluster") -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]
         want = frozenset(n.node_id for n in members)
-        return all(n.live_view() == want for n in members)
+        if not all(n.live_view() == want for n in members):
+            return False
+        if self.exclusive is None:
+            return True
+        # Exclusive ownership: every partition owned, none in flight.
+        owned = 0
+        for n in members:
+            own = n.own
+            if own is None or own.waiting or any(o.releasing for o in own.owned.values()):
+                return False
+            owned += len(own.owned)
+        return owned == cluster.placement.partitions
 
 
 def _swim_self_view_invariant(sim: Simulation) -> str | None:

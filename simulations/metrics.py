@@ -27,6 +27,8 @@ import numpy as np
 
 from membership import MemberEvent
 
+from .intervals import OwnershipLog
+
 __all__ = ["Recorder", "percentiles"]
 
 
@@ -93,6 +95,7 @@ class Recorder:
         self.optimal_moves = 0
         self._datagrams0 = 0
         self._bytes0 = 0
+        self.ownership_log = OwnershipLog()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -162,6 +165,13 @@ class Recorder:
                 return
         rec.everywhere = self.sim.now
         self._open.pop(rec.node_id, None)
+
+    # ------------------------------------------------------------------ exact: ownership intervals
+
+    def ownership(self, node, action) -> None:
+        """An ownership action of a node running ``placement.exclusive`` (all of the run,
+        warm-up included: an interval may start before measuring does)."""
+        self.ownership_log.record(node.index, action, self.sim.now)
 
     # ------------------------------------------------------------------ sampled: ownership
 
@@ -294,6 +304,7 @@ class Recorder:
             "balance_max_over_mean_worst": max(s["balance"]) if s["balance"] else None,
             "dual_ownership_partition_s": round(self.dual_ps, 3),
             "orphan_partition_s": round(self.orphan_ps, 3),
+            **self.ownership_log.summary(t0, end, self.partitions),
             "datagrams_per_member_s": round(datagrams / node_s, 3),
             "bytes_per_member_s": round(bytes_ / node_s, 1),
             "max_datagram_bytes": sim.max_datagram,

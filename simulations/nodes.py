@@ -23,8 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from membership import MembershipConfig, MemberEvent, Meta, Swim
+from membership import DeclaredDead, MembershipConfig, MemberEvent, Meta, Swim
 from placement import PlacementTable
+from placement import handoff_wire
+from placement.exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
 
@@ -128,8 +130,21 @@ class SwimNode(Node):
 
     def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
-                 on_event: Callable[["SwimNode", MemberEvent], None], clock_offset_s: float = 0.0) -> None:
+                 on_event: Callable[["SwimNode", MemberEvent], None], clock_offset_s: float = 0.0,
+                 exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
+                 on_ownership: Callable[["SwimNode", object], None] | None = None) -> None:
         super().__init__(sim, node_id, index, weight)
+        #: Exclusive ownership (``placement.exclusive``) when set; None: every node leads what
+        #: its own table says (availability first, the behaviour before exclusive ownership).
+        self.exclusive = exclusive
+        self.drain_s = drain_s  # how long the simulated application takes to release
+        self._on_ownership = on_ownership
+        self.own: Ownership | None = None
+        self._suspects: set[str] = set()
+        self._gone: dict[str, str] = {}
+        self._view_dirty = False
+        self._owned_version = 0
+        self._swim_leave_started = False
         self.config = config
         self.placement = placement
         self.addr = (f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}", 7946)
@@ -161,10 +176,25 @@ class SwimNode(Node):
         # node's composition root does; alone, it would briefly claim every partition. The
         # first node of a cluster (no seeds) owns from the start.
         self.joined = not seeds
+        self._suspects = set()
+        self._gone = {}
+        self._owned_version += 1
+        self._swim_leave_started = False
+        if self.exclusive is not None:
+            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds)
+            self.own.set_view(self.view, (), {}, now)
         self.core.join(seeds, now)
         self._flush()
 
+    def _table_of(self, view) -> PlacementTable:
+        self._table = self.placement.table(dict(view), self._table)
+        return self._table
+
     def crash(self) -> None:
+        if self.own is not None and self._on_ownership is not None:
+            for p, o in self.own.owned.items():  # a dead process processes nothing
+                self._on_ownership(self, Ended(p, o.epoch, self.sim.now))
+        self.own = None
         super().crash()
         self.core = None
         self.view = {}
@@ -175,7 +205,10 @@ class SwimNode(Node):
         if not self.up or self.leaving:
             return
         self.leaving = True
-        self.core.leave(self.sim.now)
+        if self.own is not None:
+            self.own.leave(self.sim.now)  # the membership leave follows once all is handed off
+        else:
+            self.core.leave(self.sim.now)
         self._flush()
 
     def loop_lag(self, lag_s: float) -> None:
@@ -184,6 +217,15 @@ class SwimNode(Node):
     # ------------------------------------------------------------------ driving the core
 
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
+        own = self.own
+        if own is not None:
+            own.heard(self.sim.now)
+            if data[:2] == handoff_wire.MAGIC:
+                decoded = handoff_wire.decode(data)
+                if decoded is not None:
+                    own.receive(decoded[0], decoded[1], self.sim.now)
+                self._flush()
+                return
         self.core.receive_datagram(data, src, self.sim.now)
         self._flush()
 
@@ -194,16 +236,37 @@ class SwimNode(Node):
         if self.lag_s:
             self.core.report_loop_lag(self.lag_s, self.sim.now)
         self.core.handle_timer(self.sim.now)
+        if self.own is not None:
+            self.own.handle_timer(self.sim.now)
         self._flush()
+
+    def _release_done(self, partition: int, epoch: int) -> None:
+        own = self.own
+        if own is not None and partition in own.owned and own.owned[partition].epoch == epoch:
+            own.release_done(partition, self.sim.now, payload={"checkpoint": epoch})
+            self._flush()
 
     def _flush(self) -> None:
         core, sim = self.core, self.sim
         for data, dst in core.datagrams_to_send():
             sim.send(self, data, dst)
+        own = self.own
         ev = core.next_event()
         while ev is not None:
+            if isinstance(ev, DeclaredDead) and own is not None:
+                own.declared_dead(sim.now)
             if isinstance(ev, MemberEvent):
                 m = ev.member
+                if own is not None and m.node_id != self.node_id:
+                    self._view_dirty = True
+                    if m.status == "suspect":
+                        self._suspects.add(m.node_id)
+                    else:
+                        self._suspects.discard(m.node_id)
+                    if m.status in ("dead", "left"):
+                        self._gone[m.node_id] = m.status
+                    else:
+                        self._gone.pop(m.node_id, None)
                 view = self.view
                 # Only a change of the live set or a weight is a new view (alive <-> suspect
                 # and incarnation bumps are not), so placement is not recomputed for nothing.
@@ -216,6 +279,10 @@ class SwimNode(Node):
                 self.joined = True
                 self._on_event(self, ev)
             ev = core.next_event()
+        if own is not None:
+            self._drive_ownership(own)
+            if self.core is None:
+                return
         if self.leaving and core.leave_broadcast_done:
             # Stop a moment later, as a real process would after flushing its sockets.
             sim.node_at(self, sim.now + 0.5, self.crash)
@@ -223,17 +290,52 @@ class SwimNode(Node):
             self.view = {}
             return
         t = core.get_timer()
+        if own is not None:
+            t = own.get_timer() if t is None else min(t, own.get_timer())
         if t is not None:
             t = max(t, sim.now) + self.lag_s
             if self._timer_at is None or t < self._timer_at:
                 self._timer_at = t
                 sim.node_at(self, t, self._timer, t)
 
+    def _drive_ownership(self, own: Ownership) -> None:
+        """Feed the ownership core what the membership core changed; carry out its outputs."""
+        sim = self.sim
+        now = sim.now
+        if self._view_dirty:
+            self._view_dirty = False
+            gone, self._gone = self._gone, {}
+            own.set_view(self.view, self._suspects, gone, now)
+        for action in own.actions():
+            if isinstance(action, Release):
+                # The simulated application drains for drain_s, then reports it is done.
+                epoch = own.owned[action.partition].epoch
+                sim.node_at(self, now + self.drain_s, self._release_done, action.partition, epoch)
+            else:
+                self._owned_version += 1
+            if self._on_ownership is not None:
+                self._on_ownership(self, action)
+        for dst, msg in own.messages(now):
+            node = sim.nodes.get(dst)
+            if node is not None and node.addr is not None:
+                sim.send(self, handoff_wire.encode(self.node_id, msg), node.addr)
+        if self.leaving and own.left_ready and self.core.status == "alive" and not self.core.leave_broadcast_done:
+            if not self._swim_leave_started:
+                self._swim_leave_started = True
+                self.core.leave(now)
+                for data, dst in self.core.datagrams_to_send():
+                    sim.send(self, data, dst)
+
     # ------------------------------------------------------------------ observing
 
     def leads(self) -> np.ndarray:
         if not self.up or not self.joined or self.core is None or self.core.status != "alive":
             return _EMPTY
+        if self.own is not None:  # exclusive ownership: what it owns (releasing included)
+            if self._table_version != self._owned_version:
+                self._table_version = self._owned_version
+                self._leads = np.fromiter(sorted(self.own.owned), dtype=np.int64, count=len(self.own.owned))
+            return self._leads
         if self._table_version != self._view_version:
             self._table = self.placement.table(self.view, self._table)
             self._table_version = self._view_version

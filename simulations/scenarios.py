@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from membership import MembershipConfig
+from placement.exclusive import ExclusiveConfig
 
 from .cluster import Cluster, SwimSystem
 from .engine import LinkModel, Network
@@ -142,6 +143,12 @@ def stalls(cluster: Cluster, duration_s: float, fraction: float = 0.1, gap_s: fl
         _later(cluster, rng.expovariate(1.0 / gap_s), stall_later, node_id)
 
 
+@scenario("freeze", "one random node's process is frozen (SIGSTOP) for `freeze_s` seconds at t=at_s",
+          nodes=16, duration_s=90.0)
+def freeze(cluster: Cluster, duration_s: float, freeze_s: float = 20.0, at_s: float = 10.0) -> None:
+    _later(cluster, at_s, lambda: cluster.stall(_pick(cluster, 1), freeze_s))
+
+
 @scenario("slow", "`count` nodes handle every datagram `lag_s` late (CPU starvation) from t=10",
           nodes=16, duration_s=180.0)
 def slow(cluster: Cluster, duration_s: float, count: int = 1, lag_s: float = 1.0) -> None:
@@ -164,9 +171,13 @@ def flapping(cluster: Cluster, duration_s: float, down_s: float = 8.0, period_s:
 
 # ---------------------------------------------------------------------------- systems
 
-def _swim(lifeguard: bool) -> Callable[[], Any]:
-    return lambda: SwimSystem(MembershipConfig(lifeguard=lifeguard),
-                              name="swim" if lifeguard else "swim-nolifeguard")
+def _swim(lifeguard: bool, exclusive: bool = False) -> Callable[[], Any]:
+    """SWIM + placement; ``exclusive``: ownership through ``placement.exclusive`` (handoffs,
+    quorum, fencing; not yet the default: splits still give two owners, docs/ownership.md)."""
+    name = ("swim" if lifeguard else "swim-nolifeguard") + ("-exclusive" if exclusive else "")
+    config = MembershipConfig(lifeguard=lifeguard)
+    rules = ExclusiveConfig(suspicion_min_s=config.suspicion_min_s(1)) if exclusive else None
+    return lambda: SwimSystem(config, name=name, exclusive=rules)
 
 
 def _lease(name: str) -> Callable[[], Any]:
@@ -179,6 +190,7 @@ def _lease(name: str) -> Callable[[], Any]:
 SYSTEMS: dict[str, Callable[[], Any]] = {
     "swim": _swim(True),
     "swim-nolifeguard": _swim(False),
+    "swim-exclusive": _swim(True, exclusive=True),
     "eventhubs": _lease("eventhubs"),
     "durabletask": _lease("durabletask"),
     "redis-race": _lease("redis-race"),
