@@ -297,7 +297,7 @@ class Ownership:
                                                        and o.msg.partition == msg.partition
                                                        and o.msg.epoch == msg.epoch)]
             return
-        self._send(src, NoteAck(msg.partition, msg.epoch), now, reliable=False)
+        self._send(src, NoteAck(msg.partition, msg.epoch), now)  # sent once (see messages)
         if isinstance(msg, Note):
             self._on_note(src, msg)
         elif isinstance(msg, Redirect):
@@ -581,6 +581,6 @@ class Ownership:
         self.epoch_clock = max(self.epoch_clock, note.epoch)
         self.free[p] = (note.epoch, note.payload, src)  # acquired or passed on by _update
 
-    def _send(self, dst: str, msg: Message, now: float, reliable: bool = True) -> None:
+    def _send(self, dst: str, msg: Message, now: float) -> None:
         self._out.append(_Outgoing(dst, msg, now))
 
