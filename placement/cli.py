@@ -43,15 +43,18 @@ def _add_table_options(p: argparse.ArgumentParser) -> None:
                    help="bounded loads, e.g. 1.05 (default off)")
 
 
-def print_summary(t: PlacementTable, out=sys.stdout) -> None:
-    print(t, file=out)
+def print_summary(t: PlacementTable) -> None:
+    print(t)
     load = t.load()
-    mean = t.partitions / max(1, len(load))
-    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs mean':>9}", file=out)
     replica_load = t.load(leader_only=False)
+    total = sum(t.members.values())
+    # "vs share": leaderships over the weighted share P * w / sum(w) (1.00 = exactly fair).
+    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs share':>10}")
     for m, w in t.members.items():
         lead = load.get(m, 0)
-        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{lead / mean:>9.2f}", file=out)
+        share = t.partitions * w / total
+        ratio = f"{lead / share:.2f}" if share else "-"
+        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{ratio:>10}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -68,7 +71,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     left = joined.with_members({m: w for m, w in {**DEMO_MEMBERS, 'n6': 1.0}.items() if m != "n2"})
     moved = joined.moved(left, leaders=True)
     print(f"n2 leaves: {len(moved)} leaderships move, all were n2's: {all(joined.owner(p) == 'n2' for p in moved)}")
-    print("\nThe local gossip cluster (placement node/cluster) is not built yet; see README.")
+    print("\nThat was the math alone. To watch real nodes gossip and share partitions: `make run`\n"
+          "(or `placement cluster`) starts 5 local nodes; `placement node --help` runs one.")
     return 0
 
 
