@@ -3,6 +3,7 @@
     placement simulate --list
     placement simulate crash-one --nodes 64 --duration 60 --seed 3 --out out/crash
     placement simulate stalls --system swim-nolifeguard --param fraction=0.2
+    placement simulate loss --duration 600 --json           # every metric, machine-readable
     placement simulate compare --out docs   # the comparison table of docs/simulations.md
 """
 
@@ -12,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from placement import argtypes
@@ -41,7 +42,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Register this package's subcommands on the ``placement`` parser."""
     p = sub.add_parser("simulate", help="run a churn scenario on the deterministic cluster simulator",
                        description="Run N real membership cores (or a lease-based baseline) under a "
-                                   "simulated clock and network; print and write metrics.")
+                                   "simulated clock and network; print a summary and write metrics.")
     p.add_argument("scenario", nargs="?", help="scenario name (see --list), or 'compare'")
     p.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
     p.add_argument("--nodes", type=argtypes.positive_int, help="cluster size at the start (default: the scenario's)")
@@ -65,6 +66,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                    help="scenario parameter (repeatable), e.g. --param count=4")
     p.add_argument("--out", metavar="DIR", help="write metrics.json, series.json and PNG plots here")
     p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of the summary")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
 
@@ -117,8 +119,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                           latency_s=args.latency, jitter_s=args.jitter, clock_skew_s=args.clock_skew,
                           params=params, progress=progress)
     series = result.pop("series")
-    summary = {k: v for k, v in result.items() if k not in ("events", "detection_samples_s")}
-    print(json.dumps(summary, indent=1))
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k not in ("events", "detection_samples_s")}, indent=1))
+    else:
+        print("\n".join(summary_lines(result)))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "metrics.json"), "w", encoding="utf-8") as fh:
@@ -130,3 +134,34 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             names = write_plots(result, series, args.out)
             print(f"wrote metrics.json, series.json, {', '.join(names)} to {args.out}", file=sys.stderr)
     return 0
+
+
+def _percentiles(p: Mapping[str, Any]) -> str:
+    if not p["n"]:
+        return "none measured"
+    return f"p50 {p['p50']:.2f} s, p99 {p['p99']:.2f} s, max {p['max']:.2f} s (n={p['n']})"
+
+
+def summary_lines(r: Mapping[str, Any]) -> list[str]:
+    """The result in a few aligned lines for a person (``--json`` and metrics.json hold it all)."""
+    params = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["params"].items())
+    rows = (
+        ("run", f"{r['scenario']} on {r['system']}, {r['nodes']} nodes, {r['simulated_s']:g} simulated s, "
+                f"seed {r['seed']}" + (f" ({params})" if params else "")),
+        ("network", f"loss {r['loss']:.1%}, clock skew up to {r['clock_skew_s']:g} s"),
+        ("detection", f"{_percentiles(r['detection_s'])}; {r['undetected_crashes']} crashes undetected"),
+        ("takeover", _percentiles(r["takeover_s"])),
+        ("false alarms", f"{r['false_suspicions']} suspicions, {r['false_deaths']} deaths "
+                         f"({r['healthy_false_deaths']} of never-faulted members)"),
+        ("moves", f"{r['moved_partitions']} (optimal {r['optimal_moves']}; from healthy nodes {r['healthy_moves']}, "
+                  f"flaps {r['flaps']})"),
+        ("ownership gaps", f"{r['dual_ownership_partition_s']:g} partition-s with two owners, "
+                           f"{r['orphan_partition_s']:g} with none"),
+        ("balance", f"max leader load / fair share {r['balance_max_over_mean']:.2f} "
+                    f"(worst {r['balance_max_over_mean_worst']:.2f})"),
+        ("traffic", f"{r['datagrams_per_member_s']:g} datagrams and {r['bytes_per_member_s']:g} B per member-s, "
+                    f"largest {r['max_datagram_bytes']} B"),
+        ("wall time", f"{r['wall_s']:.2f} s"),
+    )
+    width = max(len(label) for label, _ in rows)
+    return [f"{label:<{width}}  {text}" for label, text in rows]
