@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import time
 from collections.abc import Sequence
 
-from .errors import PlacementError
+from . import argtypes
+from .argtypes import read_members
+from .errors import NoOwnerError, PlacementError
 from .table import PlacementTable
 
 # Packages that contribute subcommands: each has add_subcommands(subparsers), whose
@@ -24,39 +25,36 @@ _SUBCOMMAND_MODULES = ("placement.node_cli", "simulations.cli", "spark_jobs.cli"
 DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
 
 
-def _member_arg(text: str) -> tuple[str, float]:
-    member_id, sep, weight = text.partition("=")
-    try:
-        return member_id, float(weight) if sep else 1.0
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected ID=WEIGHT, got {text!r}") from None
-
-
-def _load_members(args: argparse.Namespace) -> dict[str, float] | list:
-    if args.members:
-        with open(args.members, encoding="utf-8") as fh:
-            return json.load(fh)
-    if args.member:
-        return list(args.member)
-    raise PlacementError("give members with --member ID=WEIGHT (repeatable) or --members FILE")
+def _members(args: argparse.Namespace) -> dict[str, float] | list[tuple[str, float]]:
+    members = read_members(args.members) if args.members else args.member
+    if not members:
+        raise PlacementError("give members with --member ID=WEIGHT (repeatable) or --members FILE")
+    if not any(w > 0 for _, w in (members.items() if isinstance(members, dict) else members)):
+        raise NoOwnerError("no member has a positive weight, so no partition would have an owner")
+    return members
 
 
 def _add_table_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--partitions", type=int, default=4096, help="partition count (default 4096)")
-    p.add_argument("--replicas", type=int, default=1, help="replicas per partition, leader first (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="hash seed shared by the cluster (default 0)")
-    p.add_argument("--capacity-factor", type=float, default=None, help="bounded loads, e.g. 1.05 (default off)")
+    p.add_argument("--partitions", type=argtypes.partitions, default=4096, help="partition count (default 4096)")
+    p.add_argument("--replicas", type=argtypes.replicas, default=1,
+                   help="replicas per partition, leader first (default 1)")
+    p.add_argument("--seed", type=argtypes.hash_seed, default=0, help="hash seed shared by the cluster (default 0)")
+    p.add_argument("--capacity-factor", type=argtypes.capacity_factor, default=None,
+                   help="bounded loads, e.g. 1.05 (default off)")
 
 
-def print_summary(t: PlacementTable, out=sys.stdout) -> None:
-    print(t, file=out)
+def print_summary(t: PlacementTable) -> None:
+    print(t)
     load = t.load()
-    mean = t.partitions / max(1, len(load))
-    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs mean':>9}", file=out)
     replica_load = t.load(leader_only=False)
+    total = sum(t.members.values())
+    # "vs share": leaderships over the weighted share P * w / sum(w) (1.00 = exactly fair).
+    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs share':>10}")
     for m, w in t.members.items():
         lead = load.get(m, 0)
-        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{lead / mean:>9.2f}", file=out)
+        share = t.partitions * w / total
+        ratio = f"{lead / share:.2f}" if share else "-"
+        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{ratio:>10}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -73,13 +71,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     left = joined.with_members({m: w for m, w in {**DEMO_MEMBERS, 'n6': 1.0}.items() if m != "n2"})
     moved = joined.moved(left, leaders=True)
     print(f"n2 leaves: {len(moved)} leaderships move, all were n2's: {all(joined.owner(p) == 'n2' for p in moved)}")
-    print("\nThe local gossip cluster (placement node/cluster) is not built yet; see README.")
+    print("\nThat was the math alone. To watch real nodes gossip and share partitions: `make run`\n"
+          "(or `placement cluster`) starts 5 local nodes; `placement node --help` runs one.")
     return 0
 
 
 def cmd_table(args: argparse.Namespace) -> int:
     t = PlacementTable.build(
-        _load_members(args), partitions=args.partitions, replicas=args.replicas, seed=args.seed,
+        _members(args), partitions=args.partitions, replicas=args.replicas, seed=args.seed,
         capacity_factor=args.capacity_factor,
     )
     if args.json:
@@ -90,14 +89,16 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="placement", description="Partition placement by weighted rendezvous hashing.")
+    parser = argtypes.Parser(prog="placement", description="Partition placement by weighted rendezvous hashing.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="print the placement of a demo membership, then a join and a leave")
     _add_table_options(demo)
     demo.set_defaults(func=cmd_demo)
     table = sub.add_parser("table", help="compute the placement table of a membership")
-    table.add_argument("--member", action="append", type=_member_arg, metavar="ID=WEIGHT")
-    table.add_argument("--members", metavar="FILE", help='JSON file: {"id": weight, ...}')
+    given = table.add_mutually_exclusive_group()
+    given.add_argument("--member", action="append", type=argtypes.member, metavar="ID=WEIGHT",
+                       help="a member and its weight (repeatable; weight 0 owns nothing)")
+    given.add_argument("--members", metavar="FILE", help='JSON file: {"id": weight, ...} or [["id", weight], ...]')
     table.add_argument("--json", action="store_true", help="print the snapshot as JSON (the wire form)")
     _add_table_options(table)
     table.set_defaults(func=cmd_table)
@@ -112,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (PlacementError, OSError, ValueError) as exc:
-        print(f"placement: error: {exc}", file=sys.stderr)
+        # OSError's str() is "[Errno 2] No such file or directory: 'x'": say it plainly.
+        text = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
+        print(f"placement {args.command}: error: {text}", file=sys.stderr)
         return 2
 
 

@@ -2,7 +2,8 @@
 
 Every ``node`` flag can also be set by an environment variable (``PLACEMENT_`` + the flag in
 upper case with dashes as underscores, e.g. ``PLACEMENT_GOSSIP_ADVERTISE``; repeatable flags
-take a comma-separated list), which is how ``docker-compose.yml`` configures its nodes.
+take a comma-separated list), which is how ``docker-compose.yml`` configures its nodes. A flag
+wins over its variable; both go through the same validator (``placement.argtypes``).
 """
 
 from __future__ import annotations
@@ -13,71 +14,115 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
+from . import argtypes
 from .errors import InvalidConfigError, PlacementError
 from .node import Node, NodeConfig, read_key_file
 
 
-def parse_addr(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+def _variable(flag: str) -> str:
+    return "PLACEMENT_" + flag[2:].replace("-", "_").upper()
 
 
-def parse_tag(text: str) -> tuple[str, str]:
-    k, sep, v = text.partition("=")
-    if not sep or not k:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return k, v
+@dataclass(frozen=True)
+class _NodeFlag:
+    """A ``node`` flag and its ``PLACEMENT_*`` variable: command line, else variable, else default."""
+
+    flag: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    many: bool = False  # repeatable; the variable takes a comma-separated list
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def variable(self) -> str:
+        return _variable(self.flag)
+
+    def resolve(self, given: Any, environ: Mapping[str, str]) -> Any:
+        if given is not None:
+            return given
+        text = environ.get(self.variable)
+        if text is None:
+            return self.default
+        if self.many:
+            return [argtypes.env_value(self.variable, v.strip(), self.parse) for v in text.split(",") if v.strip()]
+        return argtypes.env_value(self.variable, text, self.parse)
 
 
-def _env(name: str, default=None, many: bool = False):
-    value = os.environ.get("PLACEMENT_" + name.upper().replace("-", "_"))
-    if value is None:
-        return default
-    return [v.strip() for v in value.split(",") if v.strip()] if many else value
+NODE_FLAGS = (
+    _NodeFlag("--id", argtypes.member_id, None, "member id, unique in the cluster (required)"),
+    _NodeFlag("--gossip", argtypes.host_port, ("127.0.0.1", 7001), "UDP bind HOST:PORT (default 127.0.0.1:7001)"),
+    _NodeFlag("--http", argtypes.host_port, ("127.0.0.1", 8001), "HTTP bind HOST:PORT (default 127.0.0.1:8001)"),
+    _NodeFlag("--join", argtypes.host_port, [], "seed HOST:PORT (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--gossip-advertise", argtypes.host_port, None,
+              "HOST:PORT others use to reach our gossip (required when binding 0.0.0.0)"),
+    _NodeFlag("--http-advertise", argtypes.http_url, None, "base URL others use for our HTTP API"),
+    _NodeFlag("--weight", argtypes.weight, 1.0, "share of partitions (default 1; 0: owns nothing)"),
+    _NodeFlag("--tag", argtypes.key_value, [], "KEY=VALUE (repeatable)", many=True),
+    _NodeFlag("--partitions", argtypes.partitions, 4096, "cluster-wide (default 4096)"),
+    _NodeFlag("--replicas", argtypes.replicas, 1, "cluster-wide (default 1)"),
+    _NodeFlag("--seed", argtypes.hash_seed, 0, "cluster-wide hash seed (default 0)"),
+    _NodeFlag("--cluster", argtypes.non_empty, "placement", "cluster name (default placement)"),
+    _NodeFlag("--key-file", argtypes.non_empty, None, "gossip encryption keys, one per line (hex/base64)"),
+    _NodeFlag("--admin-token", argtypes.non_empty, None, "token required by POST /v1/leave"),
+)
+_WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``node`` flags (also used by the compose-file test to check its commands parse)."""
-    p.add_argument("--id", default=_env("id"), required=_env("id") is None, help="member id, unique in the cluster")
-    p.add_argument("--gossip", type=parse_addr, default=_env("gossip", "127.0.0.1:7001"), help="UDP bind HOST:PORT")
-    p.add_argument("--http", type=parse_addr, default=_env("http", "127.0.0.1:8001"), help="HTTP bind HOST:PORT")
-    p.add_argument("--join", type=parse_addr, action="append", default=_env("join", [], many=True),
-                   help="seed HOST:PORT (repeatable); none: start a new cluster")
-    p.add_argument("--gossip-advertise", type=parse_addr, default=_env("gossip-advertise"),
-                   help="HOST:PORT others use to reach our gossip (required when binding 0.0.0.0)")
-    p.add_argument("--http-advertise", default=_env("http-advertise"), help="base URL others use for our HTTP API")
-    p.add_argument("--weight", type=float, default=float(_env("weight", "1.0")), help="share of partitions (default 1)")
-    p.add_argument("--tag", type=parse_tag, action="append", default=_env("tag", [], many=True), help="KEY=VALUE")
-    p.add_argument("--partitions", type=int, default=int(_env("partitions", "4096")), help="cluster-wide (default 4096)")
-    p.add_argument("--replicas", type=int, default=int(_env("replicas", "1")), help="cluster-wide (default 1)")
-    p.add_argument("--seed", type=int, default=int(_env("seed", "0")), help="cluster-wide hash seed (default 0)")
-    p.add_argument("--cluster", default=_env("cluster", "placement"), help="cluster name (default placement)")
-    p.add_argument("--key-file", default=_env("key-file"), help="gossip encryption keys, one per line (hex/base64)")
-    p.add_argument("--admin-token", default=_env("admin-token"), help="token required by POST /v1/leave")
+    """The ``node`` flags (also used by the compose-file test to check its commands parse).
+
+    Defaults are None here: ``config_from_args`` reads the variables then, not when the parser
+    is built, so a bad variable is an error of ``node`` alone, naming the variable."""
+    for f in NODE_FLAGS:
+        p.add_argument(f.flag, type=f.parse, action="append" if f.many else "store", default=None,
+                       help=f"{f.help} [env {f.variable}]")
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[NodeConfig, tuple[str, int]]:
-    join = tuple(parse_addr(j) if isinstance(j, str) else j for j in args.join)
-    tags = dict(parse_tag(t) if isinstance(t, str) else t for t in args.tag)
-    # argparse applies ``type`` to string defaults (the PLACEMENT_* values) but not to the
-    # items of a list default, hence the parsing of join and tag entries above.
-    gossip, http, advertise = args.gossip, args.http, args.gossip_advertise
+def config_from_args(args: argparse.Namespace,
+                     environ: Mapping[str, str] = os.environ) -> tuple[NodeConfig, tuple[str, int]]:
+    v = {f.dest: f.resolve(getattr(args, f.dest), environ) for f in NODE_FLAGS}
+    if v["id"] is None:
+        raise InvalidConfigError("give the member id with --id ID (or PLACEMENT_ID)")
+    gossip, http, advertise = v["gossip"], v["http"], v["gossip_advertise"]
+    if advertise is None and gossip[0] in _WILDCARD_HOSTS:
+        raise InvalidConfigError(f"--gossip {gossip[0]}:{gossip[1]} binds every interface: give --gossip-advertise "
+                                 "HOST:PORT (or PLACEMENT_GOSSIP_ADVERTISE), the address others reach us at")
     http_host = advertise[0] if advertise else http[0]
+    if v["http_advertise"] is None and http_host in _WILDCARD_HOSTS:
+        raise InvalidConfigError(f"--http {http[0]}:{http[1]} binds every interface: give --http-advertise URL "
+                                 "(or PLACEMENT_HTTP_ADVERTISE), the address others reach us at")
     config = NodeConfig(
-        node_id=args.id, gossip_bind=gossip, gossip_advertise=advertise,
-        http_advertise=args.http_advertise or f"http://{http_host}:{http[1]}", join=join, weight=args.weight,
-        tags=tags, partitions=args.partitions, replicas=args.replicas, seed=args.seed, cluster=args.cluster,
-        keys=read_key_file(args.key_file) if args.key_file else (), admin_token=args.admin_token,
+        node_id=v["id"], gossip_bind=gossip, gossip_advertise=advertise,
+        http_advertise=v["http_advertise"] or f"http://{http_host}:{http[1]}", join=tuple(v["join"]),
+        weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
+        cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
     )
     return config, http
+
+
+def _read_keys(path: str | None) -> tuple[bytes, ...]:
+    if path is None:
+        return ()
+    try:
+        return read_key_file(path)
+    except UnicodeDecodeError:
+        raise InvalidConfigError(f"--key-file {path}: not a text file of hex or base64 keys") from None
+    except OSError as exc:
+        raise InvalidConfigError(f"--key-file {path}: {exc.strerror or exc}") from None
 
 
 def _say(node_id: str, text: str) -> None:
@@ -90,8 +135,13 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
 
     from .http_api import create_app
 
+    sock = _listen_http(http)
     node = Node(config)
-    await node.start()
+    try:
+        await node.start()
+    except OSError as exc:
+        sock.close()
+        raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
     done = asyncio.Event()
     app = create_app(node, config.admin_token, on_leave=done.set)
     server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
@@ -101,7 +151,7 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
         loop.add_signal_handler(sig, done.set)
     _say(config.node_id, f"gossip {config.gossip_advertise or config.gossip_bind} http {config.http_advertise} "
                          f"joining {list(config.join) or 'nobody (new cluster)'}")
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     watch = asyncio.create_task(_report(node))
     status = 0
     while not done.is_set():
@@ -112,7 +162,7 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
             status = 3
             break
         if serving.done():
-            _say(config.node_id, f"error: HTTP server stopped (is {http[0]}:{http[1]} free?)")
+            _say(config.node_id, f"error: the HTTP server on {http[0]}:{http[1]} stopped")
             status = 4
             break
     if status == 0:
@@ -126,6 +176,28 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
         await serving
     _say(config.node_id, "stopped")
     return status
+
+
+def _bind_error(what: str, flag: str, addr: tuple[str, int], exc: OSError) -> PlacementError:
+    return PlacementError(f"cannot bind {what} {addr[0]}:{addr[1]} ({flag} or {_variable(flag)}): "
+                          f"{exc.strerror or exc}")
+
+
+def _listen_http(addr: tuple[str, int]) -> socket.socket:
+    """The HTTP listening socket, bound here so a busy or foreign address names ``--http``."""
+    try:
+        family = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: rebind in TIME_WAIT
+            sock.bind(addr)
+            sock.listen(2048)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    except OSError as exc:
+        raise _bind_error("HTTP", "--http", addr, exc) from None
 
 
 async def _report(node: Node) -> None:
@@ -179,8 +251,10 @@ def cmd_owners(args: argparse.Namespace) -> int:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     """Start N node processes on loopback, stream their output, stop them all on Ctrl-C."""
-    if not 1 <= args.nodes <= 64:
-        raise InvalidConfigError("--nodes must be between 1 and 64")
+    for flag, first in (("--gossip-port", args.gossip_port), ("--http-port", args.http_port)):
+        if first + args.nodes - 1 > 65535:
+            raise InvalidConfigError(f"{flag} {first} with --nodes {args.nodes} needs ports up to "
+                                     f"{first + args.nodes - 1}; the last port is 65535")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop like Ctrl-C: nodes leave
     procs = []
     seed = f"127.0.0.1:{args.gossip_port}"
@@ -233,14 +307,16 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(name, help=helptext)
         if name == "owners":
             p.add_argument("key")
-        p.add_argument("--url", default="http://127.0.0.1:8001", help="a node's HTTP URL")
+        p.add_argument("--url", type=argtypes.http_url, default="http://127.0.0.1:8001", help="a node's HTTP URL")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
     cluster = sub.add_parser("cluster", help="start a local cluster of node processes on loopback")
-    cluster.add_argument("--nodes", type=int, default=5)
-    cluster.add_argument("--gossip-port", type=int, default=7001, help="first gossip port (default 7001)")
-    cluster.add_argument("--http-port", type=int, default=8001, help="first HTTP port (default 8001)")
-    cluster.add_argument("--partitions", type=int, default=4096)
-    cluster.add_argument("--replicas", type=int, default=2)
+    cluster.add_argument("--nodes", type=argtypes.integer(1, 64), default=5, help="1-64 (default 5)")
+    cluster.add_argument("--gossip-port", type=argtypes.port, default=7001,
+                         help="first gossip port (default 7001)")
+    cluster.add_argument("--http-port", type=argtypes.port, default=8001,
+                         help="first HTTP port (default 8001)")
+    cluster.add_argument("--partitions", type=argtypes.partitions, default=4096, help="default 4096")
+    cluster.add_argument("--replicas", type=argtypes.replicas, default=2, help="default 2")
     cluster.set_defaults(func=cmd_cluster)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from placement import argtypes
 from placement.errors import PlacementError
 
 
@@ -27,17 +27,17 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("parquet", "csv", "json"), help="input format (default: from the extension)")
     p.add_argument("--key-column", required=True, metavar="NAME", help="column holding the routing key")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--url", action="append", metavar="NODE_URL",
+    src.add_argument("--url", action="append", type=argtypes.http_url, metavar="NODE_URL",
                      help="node to fetch the placement from (repeatable; also used to refresh it)")
     src.add_argument("--members", metavar="FILE", help='offline planning: JSON {"id": weight, ...}')
-    p.add_argument("--partitions", type=int, default=4096, help="with --members: partition count (default 4096)")
-    p.add_argument("--replicas", type=int, default=1, help="with --members: replicas (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="with --members: hash seed (default 0)")
+    p.add_argument("--partitions", type=argtypes.partitions, default=4096, help="with --members: partition count (default 4096)")
+    p.add_argument("--replicas", type=argtypes.replicas, default=1, help="with --members: replicas (default 1)")
+    p.add_argument("--seed", type=argtypes.hash_seed, default=0, help="with --members: hash seed (default 0)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--deliver", action="store_true", help="POST items to {owner}/v1/work (needs --url)")
     out.add_argument("--output", metavar="DIR", help="write Parquet partitioned by owner (owner=<id>/)")
-    p.add_argument("--batch-size", type=int, default=500, help="items per POST (default 500)")
-    p.add_argument("--max-attempts", type=int, default=5, help="POST attempts per batch (default 5)")
+    p.add_argument("--batch-size", type=argtypes.positive_int, default=500, help="items per POST (default 500)")
+    p.add_argument("--max-attempts", type=argtypes.positive_int, default=5, help="POST attempts per batch (default 5)")
     p.add_argument("--work-dir", metavar="DIR", help="where delivery outcomes are written (default: a temp dir)")
     p.add_argument("--engine", choices=("auto", "jvm", "python"), default="auto",
                    help="where keys are hashed: jvm (a Java UDF, needs a JDK to build it), python (Python "
@@ -57,15 +57,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
 
     g = sub.add_parser("spark-sample", help="write sample work items for spark-route")
     g.add_argument("--out", required=True, metavar="PATH", help=".parquet (default), .csv or .json")
-    g.add_argument("--items", type=int, default=100_000, help="number of items (default 100000)")
-    g.add_argument("--distinct-keys", type=int, help="distinct keys (default: one per item)")
+    g.add_argument("--items", type=argtypes.positive_int, default=100_000, help="number of items (default 100000)")
+    g.add_argument("--distinct-keys", type=argtypes.positive_int, help="distinct keys (default: one per item)")
     g.add_argument("--master", help="Spark master (default local[*])")
     g.set_defaults(func=cmd_sample)
-
-
-def _fail(command: str, exc: Exception) -> int:
-    print(f"placement {command}: error: {exc}", file=sys.stderr)
-    return 2
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -73,23 +68,20 @@ def cmd_route(args: argparse.Namespace) -> int:
     from .deliver import DeliveryOptions
     from .session import get_session
 
-    try:
-        if args.url:
-            snapshot = route.fetch_snapshot(args.url)
-        else:
-            if args.deliver:
-                raise PlacementError("--deliver needs --url: a members file has no HTTP addresses")
-            snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed)
-        spark = get_session(args.master, "placement spark-route")
-        routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot,
-                                     engine=args.engine)
+    if args.url:
+        snapshot = route.fetch_snapshot(args.url)
+    else:
         if args.deliver:
-            options = DeliveryOptions(batch_size=args.batch_size, max_attempts=args.max_attempts)
-            report = route.deliver(spark, routed, args.key_column, snapshot, args.url, options, args.work_dir)
-        else:
-            report = route.write_by_owner(spark, routed, args.key_column, snapshot, args.output)
-    except (PlacementError, OSError, ValueError) as exc:
-        return _fail("spark-route", exc)
+            raise PlacementError("--deliver needs --url: a members file has no HTTP addresses")
+        snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed)
+    spark = get_session(args.master, "placement spark-route")
+    routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot,
+                                 engine=args.engine)
+    if args.deliver:
+        options = DeliveryOptions(batch_size=args.batch_size, max_attempts=args.max_attempts)
+        report = route.deliver(spark, routed, args.key_column, snapshot, args.url, options, args.work_dir)
+    else:
+        report = route.write_by_owner(spark, routed, args.key_column, snapshot, args.output)
     print(report.render())
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:
@@ -101,12 +93,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .session import get_session
     from .sweep import DEFAULT_GRID, load_grid, run_sweep
 
-    try:
-        grid = load_grid(args.grid) if args.grid else DEFAULT_GRID
-        spark = get_session(args.master, "placement spark-sweep")
-        table = run_sweep(spark, grid, args.out, plots=not args.no_plots)
-    except (PlacementError, OSError, ValueError, TypeError) as exc:
-        return _fail("spark-sweep", exc)
+    grid = load_grid(args.grid) if args.grid else DEFAULT_GRID
+    spark = get_session(args.master, "placement spark-sweep")
+    table = run_sweep(spark, grid, args.out, plots=not args.no_plots)
     errors = table["error"].notna().sum()
     print(f"{len(table)} runs ({errors} failed) -> {args.out}/metrics.parquet, metrics.csv and plots")
     return 0 if errors == 0 else 1
@@ -116,9 +105,6 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from .route import write_sample
     from .session import get_session
 
-    try:
-        write_sample(get_session(args.master, "placement spark-sample"), args.out, args.items, None, args.distinct_keys)
-    except (PlacementError, OSError, ValueError) as exc:
-        return _fail("spark-sample", exc)
+    write_sample(get_session(args.master, "placement spark-sample"), args.out, args.items, None, args.distinct_keys)
     print(f"wrote {args.items} items to {args.out}")
     return 0

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from placement.argtypes import read_members
 from placement.client import NoNodeReachableError, PlacementClient
 from placement.errors import NoOwnerError, PlacementError
 from placement.snapshot import PlacementSnapshot
@@ -70,9 +71,7 @@ def fetch_snapshot(urls: Sequence[str], timeout_s: float = 5.0) -> PlacementSnap
 
 def offline_snapshot(members_file: str, partitions: int = 4096, replicas: int = 1, seed: int = 0) -> PlacementSnapshot:
     """Plan without a cluster: members from a JSON file ({"n1": 1.0, ...}); no addresses."""
-    with open(members_file, encoding="utf-8") as fh:
-        members = json.load(fh)
-    table = PlacementTable.build(members, partitions=partitions, replicas=replicas, seed=seed)
+    table = PlacementTable.build(read_members(members_file), partitions=partitions, replicas=replicas, seed=seed)
     return PlacementSnapshot(table, {})
 
 

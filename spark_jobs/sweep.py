@@ -23,6 +23,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from placement.argtypes import read_json
+from placement.errors import InvalidConfigError
+
 DEFAULT_GRID: dict[str, Any] = {
     "scenario": ["crash-one", "stalls"],
     "nodes": [8, 16, 32],
@@ -52,10 +55,14 @@ def expand_grid(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def load_grid(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        grid = json.load(fh)
+    """A grid file, checked (JSON, axis names) before any Spark work starts."""
+    grid = read_json(path)
     if not isinstance(grid, dict):
-        raise TypeError(f"{path}: a grid is a JSON object of axis -> value or list of values")
+        raise InvalidConfigError(f"{path}: a grid is a JSON object of axis -> value or list of values")
+    try:
+        expand_grid(grid)
+    except ValueError as exc:
+        raise InvalidConfigError(f"{path}: {exc}") from None
     return grid
 
 
