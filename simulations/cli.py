@@ -155,8 +155,11 @@ def summary_lines(r: Mapping[str, Any]) -> list[str]:
                          f"({r['healthy_false_deaths']} of never-faulted members)"),
         ("moves", f"{r['moved_partitions']} (optimal {r['optimal_moves']}; from healthy nodes {r['healthy_moves']}, "
                   f"flaps {r['flaps']})"),
-        ("ownership gaps", f"{r['dual_ownership_partition_s']:g} partition-s with two owners, "
-                           f"{r['orphan_partition_s']:g} with none"),
+        ("ownership gaps", f"{r['dual_owned_partition_s_exact']:g} partition-s with two owners, "
+                           f"{r['orphan_partition_s_exact']:g} with none (exact intervals; handoff p99 "
+                           f"{r['handoff_latency_s']['p99']} s)" if r.get("exclusive") else
+                           f"{r['dual_ownership_partition_s']:g} partition-s with two owners, "
+                           f"{r['orphan_partition_s']:g} with none (sampled, --sample)"),
         ("balance", f"max leader load / fair share {r['balance_max_over_mean']:.2f} "
                     f"(worst {r['balance_max_over_mean_worst']:.2f})"),
         ("traffic", f"{r['datagrams_per_member_s']:g} datagrams and {r['bytes_per_member_s']:g} B per member-s, "
