@@ -5,81 +5,65 @@ Theory of operation
 ===================
 
 Placement (``placement.table``) says who *should* lead each partition given a view. Views
-differ between members for a while after every change, and in a network split they differ for
-as long as the split lasts, so "lead it when my table says so" gives two owners. This core
-turns the table into *ownership* with four rules. It takes the view, handoff messages and
-``now`` as inputs and returns actions (``Acquired``, ``Release``, ``Ended``) and messages to
-send; it never reads a clock, so the node and the simulator run it unchanged.
+differ between members for a while after every change, and in a network split for as long as
+the split lasts, so "lead it when my table says so" gives two owners. This core turns the table
+into *ownership*. It takes the view, messages and ``now`` as inputs and returns actions
+(``Acquired``, ``Release``, ``Ended``) and messages to send; it never reads a clock, so the node
+and the simulator run it unchanged. Rules:
 
-1. **Handoff, not hand-over** (Kafka KIP-429's revoke-then-assign, member to member). A member
-   that stops leading a partition it owns *releases* it: the application drains (``Release``
-   with a deadline of ``handoff_timeout_s``), and only when it reports done (or the deadline
-   passes) does ownership end (``Ended``); then a ``Note(partition, epoch, payload)`` goes to
-   the new leader, resent until acknowledged. A member acquires a partition from a live
-   previous holder *only* on such a note. Notes are consumed once: a note's epoch at or below
-   what the receiver knows is stale and dropped; a receiver that does not lead the partition
-   passes it on (as its own note) to the member it believes leads it. This needs no timing
-   assumption: a note exists only after its sender stopped.
+1. **A member owns only while it holds a quorum lease** (``placement.quorum_lease``): a majority
+   of the witnesses of the last stable view confirmed it within ``lease_s``, counted from when
+   it sent the request. A member that cannot show that - cut off, on the losing side of a split,
+   frozen - starts releasing ``fence_drain_s`` before its lease runs out, and its ownership
+   ends when the lease does, whatever the application is doing (``Ended.at`` is then the
+   lease's end, even if the member noticed later: the worker API checks ``valid_until`` before
+   each unit of work). The side of a split that holds the witness majority keeps ownership;
+   the tie-break of an even witness set is its first witness (Akka's keep-majority, computed
+   from the last stable view).
 
-2. **Takeover from a dead holder, after a grace.** A crashed holder sends no note. The member
-   that leads a partition whose awaited holder is dead (or left without its note arriving)
-   acquires it ``takeover_grace_s`` after learning of the death, and only while it holds
-   quorum (rule 3). The holder it waits for starts as the partition's leader in its previous
-   table; a member that is itself still waiting when the partition moves on tells the new
-   leader whom it was waiting for (``Redirect``), so chains of quick changes end at the member
-   that really holds the partition.
+2. **Handoff, not hand-over** (Kafka KIP-429: revoke, then assign). A member that stops leading
+   a partition it owns *releases* it: the application drains (``Release`` with a deadline of
+   ``handoff_timeout_s``); only when it reports done (or the deadline passes) does ownership end
+   (``Ended``), and then ``Note(partition, epoch, payload)`` goes to the new leader, resent until
+   acknowledged. A member acquires from a live holder only on such a note. Notes are consumed
+   once (deduplicated by sender, partition and epoch) and never passed back to their sender: a
+   receiver that does not lead the partition holds the note until its view says who does.
 
-3. **Keep-majority over the last stable view** (Akka's split brain resolver). The *stable
-   view* is the set of alive members once the view has been unchanged, with no suspects, for
-   ``stable_after_s``; a new stable view is adopted only if it contains a quorum of the old one,
-   so a minority can never make itself a majority by forgetting the others. A member *holds
-   quorum* while the members of the stable view that it sees alive and not suspect (itself
-   included) are more than half of it, or exactly half including the tie-breaker (the
-   smallest id of the stable view): a 50/50 split keeps exactly one side. A member also loses
-   quorum when it has heard nothing from anyone for ``isolation_s`` (a lone member learns it is
-   cut off in one probe period instead of one period per member). Without quorum a member
-   *fences*: it releases everything with a deadline of ``fence_drain_s`` and takes nothing.
+3. **Takeover from a dead holder, proven.** The member that leads a partition whose awaited
+   holder H is dead (or left without its note arriving) first has a witness quorum *condemn* H
+   (H can renew its lease no more), and acquires once H's lease is over for certain
+   (``QuorumLease.free_at``), and not before ``takeover_grace_s`` after the death (time for a
+   note or redirect still in flight). A member that was itself still waiting for a partition
+   when it moves on tells the new leader whom it was waiting for (``Redirect``); a member that
+   has waited ``query_after_s`` for a holder that is alive asks it (``Query``): the answer is the
+   holder it waits for in turn, or "not me, you" - nobody holds it.
 
-4. **Self-fencing after a freeze** (Cassandra distrusts its own view after a pause > 5 s). The
-   driver calls the core at least every ``tick_s``; if more than ``freeze_fence_s`` passed since
-   the last call, the process was frozen: ownership is considered to have ended
-   ``freeze_fence_s`` after the last call (nothing ran in between, and the worker API checks
-   ``valid_until`` before each unit of work), and the member re-acquires only through rules 1-2,
-   as if it had been declared dead (it may have been).
+4. **Coming back.** A member that lost its lease or learned it was declared dead ends all its
+   ownership and takes its own partitions back only when the witnesses that granted its old
+   lease confirm nobody condemned it since (then nobody took them), or when the member that
+   would have taken one says it did not (``Redirect`` naming it). Otherwise it waits for the
+   takers' notes.
 
-The safety inequality (pause deadline vs the earliest takeover). A member x that is cut off
-at time t0 is convicted by the other side no earlier than t0 + suspicion_min_s (SWIM: a
-suspicion needs a failed probe after t0 and lasts at least the minimum timeout), and its
-partitions are taken ``takeover_grace_s`` after that. x must have *finished* releasing by then,
-measured on clocks whose *rates* differ by at most ``max_drift`` (no synchronised wall clock)::
-
-    (detect_s + fence_drain_s) * (1 + max_drift) <= (suspicion_min_s + takeover_grace_s) * (1 - max_drift)
-
-where detect_s is how long x needs to notice: ``isolation_s`` for a member cut off alone, and
-the time for its view to show the other side suspect for a larger minority (see
-docs/ownership.md for what is and is not guaranteed, and the measured figures).
-``check_inequality`` evaluates the rule for a config; ``ExclusiveConfig`` rejects settings
-that break it for the isolated case.
-
-Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries
-an epoch one above the highest epoch this member knows for the partition (from notes) and
-above every epoch it has used or seen on any note, so a store that remembers the highest
-epoch per partition rejects a stale writer. After a crash takeover the new epoch exceeds the
-dead holder's only if the taker saw an epoch at least as high (docs/ownership.md).
+Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
+epoch one above the highest epoch this member knows for the partition (from notes) and above
+every epoch it has used or seen on any note, so a store that remembers the highest epoch per
+partition rejects a stale writer. Along handoffs the epochs of a partition rise strictly; after
+a crash takeover they rise only if the taker saw an epoch at least as high (docs/ownership.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
+from .quorum_lease import LeaseMessage, QuorumLease, is_quorum
 from .table import PlacementTable
 
 __all__ = [
-    "ExclusiveConfig", "Ownership", "Acquired", "Release", "Ended", "Note", "NoteAck", "Redirect",
-    "Action", "Message", "check_inequality",
+    "ExclusiveConfig", "Ownership", "Acquired", "Release", "Ended", "Note", "NoteAck", "Redirect", "Query",
+    "Action", "Message",
 ]
 
 
@@ -89,52 +73,41 @@ class ExclusiveConfig:
 
     #: Longest a graceful release may drain before ownership ends anyway.
     handoff_timeout_s: float = 5.0
-    #: A takeover from a dead holder waits this long after the death is known.
-    takeover_grace_s: float = 1.0
-    #: A fenced release (quorum lost, isolation) gets this long to drain.
+    #: A takeover from a dead holder waits at least this long after the death is known.
+    takeover_grace_s: float = 0.5
+    #: A member whose lease is about to end starts releasing this long before it does.
     fence_drain_s: float = 1.0
-    #: Heard nothing from anyone this long: cut off, fence (about two probe periods).
-    isolation_s: float = 2.0
+    #: Length of a lease, from the sending of the renewal a witness quorum granted.
+    lease_s: float = 3.0
+    #: Leases are renewed this often (two renewals fit in a lease, so one lost round is harmless).
+    renew_s: float = 1.0
+    #: Witnesses per stable view (a majority of them must grant a lease).
+    witnesses: int = 5
     #: The view must be unchanged, without suspects, this long to become the stable view.
     stable_after_s: float = 2.0
-    #: More than this between two calls into the core means the process was frozen.
-    freeze_fence_s: float = 1.5
     #: The driver is asked to call in at least this often (``get_timer``).
     tick_s: float = 0.25
-    #: Unacknowledged notes and redirects are resent this often.
+    #: Unacknowledged notes, redirects and queries are resent this often.
     resend_s: float = 0.5
+    #: Waiting this long for a partition from a live holder: ask it (``Query``).
+    query_after_s: float = 8.0
     #: Bound on the relative clock *rate* difference between members (1e-3 = 1 ms/s; quartz
-    #: oscillators are specified at 20-100 ppm).
+    #: oscillators are specified at 20-100 ppm). No synchronised wall clock is assumed.
     max_drift: float = 1e-3
-    #: The membership's minimum suspicion timeout (``MembershipConfig.suspicion_min_s``): the
-    #: earliest another member can convict this one after it is cut off.
-    suspicion_min_s: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "isolation_s",
-                     "stable_after_s", "freeze_fence_s", "tick_s", "resend_s", "suspicion_min_s"):
+        for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "lease_s", "renew_s",
+                     "stable_after_s", "tick_s", "resend_s", "query_after_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if not 0 <= self.max_drift < 0.1:
             raise ValueError(f"max_drift must be in [0, 0.1), got {self.max_drift!r}")
-        if self.tick_s >= self.freeze_fence_s:
-            raise ValueError("tick_s must be shorter than freeze_fence_s (a tick would look like a freeze)")
-        slack = check_inequality(self, self.isolation_s)
-        if slack < 0:
-            raise ValueError(
-                f"unsafe timing: a member cut off alone finishes releasing {-slack:.3f} s after the "
-                f"earliest takeover; need (isolation_s + fence_drain_s)(1+drift) <= "
-                f"(suspicion_min_s + takeover_grace_s)(1-drift)")
-
-
-def check_inequality(config: ExclusiveConfig, detect_s: float) -> float:
-    """Seconds of margin between the latest end of a fenced member's ownership and the
-    earliest takeover of its partitions, for a member that needs ``detect_s`` to notice it is
-    cut off (negative: unsafe). Module docstring, "The safety inequality"."""
-    latest_end = (detect_s + config.fence_drain_s) * (1 + config.max_drift)
-    earliest_takeover = (config.suspicion_min_s + config.takeover_grace_s) * (1 - config.max_drift)
-    return earliest_takeover - latest_end
+        if type(self.witnesses) is not int or not 1 <= self.witnesses <= 15:
+            raise ValueError(f"witnesses must be an integer in 1..15, got {self.witnesses!r}")
+        if self.renew_s + self.fence_drain_s >= self.lease_s:
+            raise ValueError("need renew_s + fence_drain_s < lease_s, or a healthy member would fence "
+                             "itself between two renewals")
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -160,7 +133,8 @@ class Release:
 
 @dataclass(frozen=True)
 class Ended:
-    """Ownership of ``partition`` ended at ``at`` (may be earlier than now after a freeze)."""
+    """Ownership of ``partition`` ended at ``at`` (earlier than now when the lease ran out
+    while the process was frozen)."""
     partition: int
     epoch: int
     at: float
@@ -186,13 +160,21 @@ class NoteAck:
 
 @dataclass(frozen=True)
 class Redirect:
-    """The sender did not hold ``partition``: it was waiting for ``holder``."""
+    """The sender does not hold ``partition``: it waits for ``holder`` (the receiver itself:
+    nobody holds it)."""
     partition: int
     holder: str
     epoch: int
 
 
-Message = Union[Note, NoteAck, Redirect]
+@dataclass(frozen=True)
+class Query:
+    """Do you hold ``partition``, or whom do you wait for?"""
+    partition: int
+    epoch: int
+
+
+Message = Union[Note, NoteAck, Redirect, Query, LeaseMessage]
 
 
 # ----------------------------------------------------------------------------- state
@@ -207,8 +189,11 @@ class _Owned:
 
 @dataclass
 class _Waiting:
-    holder: str  # whom a note is expected from
-    self_fenced_at: float | None = None  # holder is this member, which released without a note
+    holder: str  # whom a note is expected from (this member: it dropped the partition itself)
+    since: float
+    generation: int  # lease generation when the entry was made
+    cleared: bool = False  # nobody holds it (founder; or the would-be taker said it never took it)
+    asked: float = -math.inf
 
 
 @dataclass
@@ -216,6 +201,7 @@ class _Outgoing:
     dst: str
     msg: Message
     next_send: float
+    once: bool  # sent once (acks, queries), else resent until acknowledged
 
 
 @dataclass
@@ -223,25 +209,28 @@ class Counters:
     acquired: int = 0
     acquired_by_note: int = 0
     acquired_by_takeover: int = 0
+    acquired_back: int = 0
     released: int = 0
     handoffs_timed_out: int = 0
-    fences: int = 0
-    freezes: int = 0
+    lease_losses: int = 0
     notes_sent: int = 0
-    notes_stale: int = 0
+    notes_duplicate: int = 0
     notes_forwarded: int = 0
     redirects: int = 0
+    queries: int = 0
 
 
 class Ownership:
     """The ownership state of one member (module docstring). Drive it with the view, messages
-    and ``now``; read ``actions()``, ``messages()`` and ``get_timer()`` after every call."""
+    and ``now``; read ``actions()``, ``messages(now)`` and ``get_timer()`` after every call."""
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
                  now: float, *, founder: bool) -> None:
         self.me = me
         self.config = config
         self._tables = tables
+        self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
+                                 resend_s=config.resend_s, max_drift=config.max_drift, now=now)
         self.view: dict[str, float] = {me: 0.0}
         self.suspects: set[str] = set()
         self.gone: dict[str, float] = {}  # dead or left member -> when this member learned it
@@ -250,89 +239,89 @@ class Ownership:
         self.waiting: dict[int, _Waiting] = {}
         self.free: dict[int, tuple[int, Any, str]] = {}  # notes held: (epoch, payload, sender)
         self.known_epoch: dict[int, int] = {}
-        self._consumed: set[tuple[str, int, int]] = set()  # notes taken: (sender, partition, epoch)
         self.epoch_clock = 0
-        self.stable: frozenset[str] = frozenset([me]) if founder else frozenset()
+        self._consumed: set[tuple[str, int, int]] = set()  # notes taken: (sender, partition, epoch)
         self._view_changed_at = now
-        self._last_run = now
-        self._last_heard = now
+        self._now = now
         self.joined = founder  # heard from the cluster (or started it)
         self.leaving = False
         self.fenced_reason: str | None = None
+        self._owned_this_generation = False
         self._out: list[_Outgoing] = []
         self._actions: list[Action] = []
         self.counters = Counters()
-        self._founder = founder
+        if founder:
+            self.lease.set_stable([me])
 
     # ------------------------------------------------------------------ inputs
 
     def set_view(self, view: Mapping[str, float], suspects: Iterable[str], gone: Mapping[str, str], now: float) -> None:
         """The live members (alive and suspect, id -> weight, this member included), which of
         them are suspect, and members seen dead or left since the last call (id -> kind)."""
-        self._enter(now)
+        self._now = now
         view = dict(view)
         view.setdefault(self.me, self.view.get(self.me, 0.0))
-        if view != self.view or set(suspects) != self.suspects:
+        suspects = set(suspects) - {self.me}
+        if view != self.view or suspects != self.suspects:
             self._view_changed_at = now
         if any(m != self.me for m in view):
             self.joined = True
         for m in gone:
             self.gone.setdefault(m, now)
-            if gone[m] == "left":
-                self.stable = self.stable - {m}
         for m in view:
-            self.gone.pop(m, None)
+            if self.gone.pop(m, None) is not None:
+                self.lease.forget(m)  # back: a later death needs a fresh proof
         self.view = view
-        self.suspects = set(suspects) - {self.me}
+        self.suspects = suspects
+        self.lease.hint(view, settled=self.joined and not suspects)
         self._update()
 
-    def heard(self, now: float) -> None:
-        """A datagram from another member arrived (for the isolation rule)."""
-        self._last_heard = now
-
     def receive(self, src: str, msg: Message, now: float) -> None:
-        self._enter(now)
+        self._now = now
         if isinstance(msg, NoteAck):
             self._out = [o for o in self._out if not (o.dst == src and isinstance(o.msg, (Note, Redirect))
                                                        and o.msg.partition == msg.partition
                                                        and o.msg.epoch == msg.epoch)]
-            return
-        self._send(src, NoteAck(msg.partition, msg.epoch), now)  # sent once (see messages)
-        if isinstance(msg, Note):
+        elif isinstance(msg, Note):
+            self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
             self._on_note(src, msg)
         elif isinstance(msg, Redirect):
+            self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
             w = self.waiting.get(msg.partition)
-            if w is not None and w.holder == src and msg.epoch >= self.known_epoch.get(msg.partition, 0):
-                w.holder = msg.holder
+            if w is not None and w.holder == src:
                 if msg.holder == self.me:
-                    # The member that would have taken it from us never did: nobody holds it.
-                    w.self_fenced_at = now
+                    # It never took it from us (or never had it): nobody holds it.
+                    w.holder, w.cleared = self.me, True
+                else:
+                    w.holder, w.since = msg.holder, now
+        elif isinstance(msg, Query):
+            self._answer_query(src, msg.partition)
+        else:
+            self.lease.receive(src, msg, now)
         self._update()
 
     def release_done(self, partition: int, now: float, payload: Any = None) -> None:
         """The application finished releasing ``partition`` (drained, checkpointed)."""
-        self._enter(now)
+        self._now = now
         o = self.owned.get(partition)
         if o is not None and o.releasing:
             self._end(partition, now, payload, timed_out=False)
         self._update()
 
     def declared_dead(self, now: float) -> None:
-        """The cluster declared this member dead: others may already hold its partitions."""
-        self._enter(now)
-        self._drop_all(now, now)
-        for w in self.waiting.values():
-            w.self_fenced_at = None  # a taker may hold them: wait for its note or redirect
+        """The cluster declared this member dead: others may be taking its partitions."""
+        self._now = now
+        self._drop_all(now)
         self._update()
 
     def leave(self, now: float) -> None:
         """Graceful leave: release everything with notes; ``left_ready`` says when to announce."""
-        self._enter(now)
+        self._now = now
         self.leaving = True
         self._update()
 
     def handle_timer(self, now: float) -> None:
-        self._enter(now)
+        self._now = now
         self._update()
 
     # ------------------------------------------------------------------ outputs
@@ -343,14 +332,14 @@ class Ownership:
 
     def messages(self, now: float) -> list[tuple[str, Message]]:
         """Messages due now (resends included)."""
-        due = []
+        due: list[tuple[str, Message]] = list(self.lease.messages())
         keep = []
         for o in self._out:
             if o.dst in self.gone:
-                continue  # a dead receiver: its successor takes over after the grace (rule 2)
+                continue  # a dead receiver: its successor takes over (rule 3)
             if o.next_send <= now:
                 due.append((o.dst, o.msg))
-                if isinstance(o.msg, NoteAck):
+                if o.once:
                     continue
                 o.next_send = now + self.config.resend_s
             keep.append(o)
@@ -358,22 +347,20 @@ class Ownership:
         return due
 
     def get_timer(self) -> float:
-        c = self.config
-        t = self._last_run + c.tick_s
-        for o in self.owned.values():
-            if o.releasing:
-                t = min(t, o.deadline)
+        t = min(self._now + self.config.tick_s, self.lease.next_time())
         for o in self._out:
             t = min(t, o.next_send)
         return t
 
     @property
+    def valid_until(self) -> float:
+        """Ownership is valid until then (check before each unit of work)."""
+        return self.lease.valid_until
+
+    @property
     def left_ready(self) -> bool:
         """Leaving, and every partition released and its note acknowledged."""
         return self.leaving and not self.owned and not any(isinstance(o.msg, Note) for o in self._out)
-
-    def holds_quorum(self, now: float) -> bool:
-        return self._quorum(now) is None
 
     def state_counts(self) -> dict[str, int]:
         releasing = sum(1 for o in self.owned.values() if o.releasing)
@@ -382,63 +369,43 @@ class Ownership:
 
     # ------------------------------------------------------------------ rules
 
-    def _enter(self, now: float) -> None:
-        c = self.config
-        if now - self._last_run > c.freeze_fence_s:
-            self.counters.freezes += 1
-            self._drop_all(now, self._last_run + c.freeze_fence_s)
-            for w in self.waiting.values():
-                if w.self_fenced_at is not None:
-                    w.self_fenced_at = now  # a grace from waking: news of our death arrives first
-            self._view_changed_at = now  # the view is stale: no stable view before it settles
-            self._last_heard = min(self._last_heard, self._last_run)
-        self._last_run = now
-
-    def _quorum(self, now: float) -> str | None:
-        """None when this member holds quorum, else why not."""
-        if not self.joined:
-            return "not joined yet"
-        if len(self.view) > 1 and now - self._last_heard > self.config.isolation_s:
-            return f"heard from no member for {now - self._last_heard:.1f} s"
-        stable = self.stable
-        if not stable:
-            return "no stable view yet"
-        seen = {m for m in stable if m in self.view and m not in self.suspects}
-        if 2 * len(seen) > len(stable) or (2 * len(seen) == len(stable) and min(stable) in seen):
-            return None
-        return f"sees {len(seen)} of {len(stable)} members of the last stable view (tie-breaker {min(stable)})"
-
-    def _maybe_adopt_stable(self, now: float) -> None:
-        if self.suspects or now - self._view_changed_at < self.config.stable_after_s:
-            return
-        candidate = frozenset(self.view)
-        if candidate == self.stable or not self.joined:
-            return
-        reference = self.stable or frozenset(self.view) | frozenset(m for m in self.gone)
-        common = candidate & reference
-        if 2 * len(common) > len(reference) or (2 * len(common) == len(reference) and min(reference) in common):
-            self.stable = candidate
-
     def _update(self) -> None:
-        now = self._last_run
+        now = self._now
+        lease = self.lease
+        lease.tick(now)
         self._maybe_adopt_stable(now)
-        reason = self._quorum(now)
-        if reason is not None and self.joined and self.fenced_reason is None and self.owned:
-            self.counters.fences += 1
-        if reason is None and self.fenced_reason is not None:
-            # Back in quorum: the news of what happened meanwhile (our death, a takeover)
-            # arrives with the first exchanges, so the grace to take our own partitions back
-            # starts now.
-            for w in self.waiting.values():
-                if w.self_fenced_at is not None:
-                    w.self_fenced_at = now
-        self.fenced_reason = reason
+        if lease.condemned:  # a witness refuses us: someone is taking our partitions over
+            self._drop_all(now)
+        if not lease.valid(now):
+            self.fenced_reason = "no quorum lease: a majority of the witnesses has not confirmed this member" \
+                if lease.stable else "no stable view yet"
+            if self.owned:  # the lease ran out under us: ownership ended with it (rule 1)
+                self._drop_all(now, at=lease.valid_until)
+            elif self._owned_this_generation:
+                self._owned_this_generation = False
+                self.counters.lease_losses += 1
+                lease.drop(owned=True)
+        elif now >= lease.valid_until - self.config.fence_drain_s:
+            self.fenced_reason = f"quorum lease ends in {lease.valid_until - now:.2f} s, not renewed"
+        else:
+            self.fenced_reason = None
         self._retable(now)
-        # Deadlines of releases.
         for p, o in list(self.owned.items()):
             if o.releasing and now >= o.deadline:
                 self._end(p, o.deadline, None, timed_out=True)
         self._try_acquire(now)
+
+    def _maybe_adopt_stable(self, now: float) -> None:
+        """Adopt the view as the stable view: unchanged ``stable_after_s``, nobody suspect, only
+        while holding a lease, and only if it keeps a quorum of the current witnesses (Akka's
+        "a new decision needs a majority of the last stable view", at the witness level): a
+        view that lost them - a stale view after a split healed - cannot start a witness set
+        of its own beside the one that granted the leases it would have to condemn."""
+        lease = self.lease
+        if (self.suspects or not self.joined or now - self._view_changed_at < self.config.stable_after_s
+                or not lease.valid(now) or not is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
+            return
+        lease.set_stable(self.view)
 
     def _retable(self, now: float) -> None:
         c = self.config
@@ -452,13 +419,15 @@ class Ownership:
             if self.leaving:
                 reason, deadline = "leaving", now + c.handoff_timeout_s
             elif fenced:
-                reason, deadline = "fenced", now + c.fence_drain_s
+                reason, deadline = "fenced", self.lease.valid_until
             elif self._leader(p) != self.me:
                 reason, deadline = "moved", now + c.handoff_timeout_s
             else:
                 continue  # ours (a release already under way keeps draining: the app was told)
+            deadline = min(deadline, self.lease.valid_until)
             if not o.releasing or deadline < o.deadline:
-                o.releasing, o.reason, o.deadline = True, reason, min(deadline, o.deadline) if o.releasing else deadline
+                o.releasing, o.reason = True, reason
+                o.deadline = min(deadline, o.deadline) if o.deadline else deadline
                 self._actions.append(Release(p, o.deadline, reason, now))
         if self.table is None:
             return
@@ -469,25 +438,23 @@ class Ownership:
             if lead is not None and lead != self.me and lead != self.free[p][2]:
                 epoch, payload, _ = self.free.pop(p)
                 self.counters.notes_forwarded += 1
-                self._send(lead, Note(p, epoch, payload), now)
+                self._send(lead, Note(p, epoch, payload))
         mine = self._led_by_me()
         for p in list(self.waiting):
             if p not in mine:
-                self._pass_on(p, self.waiting.pop(p), now)
+                self._pass_on(p, self.waiting.pop(p))
         if self.leaving:
             return
         # Whom to expect each newly led partition from: its leader before this change (for a
-        # member's first table, the leader without it: the cluster it joined).
-        prev = old if old is not None else self._tables_without_me()
+        # member's first table, the leader without it: the cluster it joined). Only a founder
+        # expects partitions from itself, and takes them at once (nobody else exists).
+        prev = old if old is not None else self._table_without_me()
         for p in mine:
-            if p in self.owned or p in self.waiting:
-                continue
-            holder = prev.owner(p) if prev is not None else self.me
-            # Only a founder (no table before, nobody else in view) expects a partition from
-            # itself: it starts the cluster and owns everything at once.
-            self.waiting[p] = _Waiting(holder, now - c.takeover_grace_s if holder == self.me else None)
+            if p not in self.owned and p not in self.waiting:
+                holder = prev.owner(p) if prev is not None else self.me
+                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=holder == self.me)
 
-    def _pass_on(self, p: int, w: _Waiting, now: float) -> None:
+    def _pass_on(self, p: int, w: _Waiting) -> None:
         """A partition this member waited for now belongs to another: tell the new leader."""
         lead = self._leader(p)
         if lead is None or lead == self.me:
@@ -495,21 +462,31 @@ class Ownership:
         epoch = self.known_epoch.get(p, 0)
         if w.holder != self.me:
             self.counters.redirects += 1
-            self._send(lead, Redirect(p, w.holder, epoch), now)
-        elif w.self_fenced_at is not None:
-            # This member was the last holder and stopped without a note: write it now.
+            self._send(lead, Redirect(p, w.holder, epoch))
+        elif self._may_take_back(w):
+            # This member was the last holder, stopped without a note, and nobody took it.
             self.counters.notes_sent += 1
-            self._send(lead, Note(p, epoch, None), now)
-        # else: declared dead, whoever took over will hand it on (known gap: see docs).
+            self._send(lead, Note(p, epoch, None))
+        # else: a taker may hold it and will hand it on.
 
-    def _tables_without_me(self) -> PlacementTable | None:
+    def _answer_query(self, src: str, p: int) -> None:
+        if p in self.owned:
+            return  # it is ours (and will be released with a note when our view moves on)
+        w = self.waiting.get(p)
+        holder = src if w is None else w.holder
+        if holder == self.me:
+            holder = src if (w is not None and self._may_take_back(w)) else ""
+        if holder:
+            self._send(src, Redirect(p, holder, self.known_epoch.get(p, 0)))
+
+    def _table_without_me(self) -> PlacementTable | None:
         others = {m: w for m, w in self.view.items() if m != self.me and w > 0}
         return self._tables(others) if others else None
 
     def _led_by_me(self) -> set[int]:
-        if self.table is None:
+        if self.table is None or self.me not in self.table.members:
             return set()
-        return set(self.table.owned_by(self.me, leader_only=True)) if self.me in self.table.members else set()
+        return set(self.table.owned_by(self.me, leader_only=True))
 
     def _leader(self, p: int) -> str | None:
         return self.table.owner(p) if self.table is not None else None
@@ -518,32 +495,40 @@ class Ownership:
         if self.fenced_reason is not None or self.leaving:
             return
         c = self.config
+        lease = self.lease
         for p, w in list(self.waiting.items()):
             if p in self.free:
                 epoch, payload, _ = self.free.pop(p)
-                self._acquire(p, epoch, payload, now, by_note=True)
-                continue
-            if w.holder == self.me:
-                if w.self_fenced_at is not None and now >= w.self_fenced_at + c.takeover_grace_s:
-                    self._acquire(p, self.known_epoch.get(p, 0), None, now, by_note=False)
-                continue
-            since = self.gone.get(w.holder)
-            if since is None and w.holder not in self.view:
+                self._acquire(p, epoch, payload, now, how="note")
+            elif w.holder == self.me:
+                if self._may_take_back(w):
+                    self._acquire(p, self.known_epoch.get(p, 0), None, now, how="back")
+            elif w.holder in self.view:
+                if now - w.since >= c.query_after_s and now - w.asked >= c.resend_s * 4:
+                    w.asked = now
+                    self.counters.queries += 1
+                    self._send(w.holder, Query(p, self.known_epoch.get(p, 0)), once=True)
+            else:
                 since = self.gone.setdefault(w.holder, now)
-            if since is not None and now >= since + c.takeover_grace_s:
-                self._acquire(p, self.known_epoch.get(p, 0), None, now, by_note=False)
+                lease.condemn(w.holder, now)
+                free = lease.free_at(w.holder)
+                if free is not None and now >= max(free, since + c.takeover_grace_s):
+                    self._acquire(p, self.known_epoch.get(p, 0), None, now, how="takeover")
 
-    def _acquire(self, p: int, epoch: int, payload: Any, now: float, *, by_note: bool) -> None:
+    def _acquire(self, p: int, epoch: int, payload: Any, now: float, *, how: str) -> None:
         self.waiting.pop(p, None)
         new = max(epoch, self.known_epoch.get(p, 0), self.epoch_clock) + 1
         self.epoch_clock = new
         self.known_epoch[p] = new
         self.owned[p] = _Owned(new)
+        self._owned_this_generation = True
         self.counters.acquired += 1
-        if by_note:
+        if how == "note":
             self.counters.acquired_by_note += 1
-        else:
+        elif how == "takeover":
             self.counters.acquired_by_takeover += 1
+        else:
+            self.counters.acquired_back += 1
         self._actions.append(Acquired(p, new, payload, now))
 
     def _end(self, p: int, at: float, payload: Any, *, timed_out: bool) -> None:
@@ -554,33 +539,46 @@ class Ownership:
         self._actions.append(Ended(p, o.epoch, at, timed_out))
         lead = self._leader(p)
         if lead is not None and lead != self.me:
-            self._send(lead, Note(p, o.epoch, payload), self._last_run)
+            self._send(lead, Note(p, o.epoch, payload))
             self.counters.notes_sent += 1
         elif not self.leaving:
-            # Still (or again) ours: nobody else can hold it, take it back at once unless fenced.
-            self.waiting[p] = _Waiting(self.me, self_fenced_at=at - self.config.takeover_grace_s)
-            if self.fenced_reason is not None:
-                self.waiting[p].self_fenced_at = at
+            # Still (or again) ours and nobody else can have it: take it back when allowed.
+            self.waiting[p] = _Waiting(self.me, self._now, self.lease.generation)
 
-    def _drop_all(self, now: float, at: float) -> None:
-        """End every ownership at ``at`` without notes (declared dead, or frozen)."""
+    def _drop_all(self, now: float, at: float | None = None) -> None:
+        """End every ownership now (declared dead) or when the lease ended (``at``), without
+        notes: whoever takes the partitions over proves this member stopped (rule 3)."""
         for p in list(self.owned):
             o = self.owned.pop(p)
             self.counters.released += 1
-            self._actions.append(Ended(p, o.epoch, min(at, now)))
-            self.waiting[p] = _Waiting(self.me, self_fenced_at=now)
+            self._actions.append(Ended(p, o.epoch, min(now, at) if at is not None else now))
+            self.waiting[p] = _Waiting(self.me, now, self.lease.generation)
+        owned = self._owned_this_generation
+        if owned:
+            self.counters.lease_losses += 1
+        self._owned_this_generation = False
+        self.lease.drop(owned=owned)
 
     def _on_note(self, src: str, note: Note) -> None:
         p = note.partition
         key = (src, p, note.epoch)
         if key in self._consumed or p in self.owned:
-            self.counters.notes_stale += 1  # a resend whose ack was lost, or a duplicate
+            self.counters.notes_duplicate += 1  # a resend whose ack was lost, or a duplicate
             return
         self._consumed.add(key)
         self.known_epoch[p] = max(self.known_epoch.get(p, 0), note.epoch)
         self.epoch_clock = max(self.epoch_clock, note.epoch)
         self.free[p] = (note.epoch, note.payload, src)  # acquired or passed on by _update
 
-    def _send(self, dst: str, msg: Message, now: float) -> None:
-        self._out.append(_Outgoing(dst, msg, now))
+    def _send(self, dst: str, msg: Message, *, once: bool = False) -> None:
+        """Queue ``msg``; unless ``once``, it is resent until acknowledged."""
+        self._out.append(_Outgoing(dst, msg, self._now, once))
 
+    def _may_take_back(self, w: _Waiting) -> bool:
+        """Rule 4: may this member take back a partition it dropped itself?"""
+        lease = self.lease
+        if w.cleared:
+            return True
+        if w.generation == lease.generation:
+            return lease.valid(self._now)  # released while fencing, and the lease held: nobody took it
+        return lease.clean.get(w.generation) is True

@@ -1,35 +1,71 @@
-"""Datagram form of the ownership messages (``placement.exclusive``): msgpack, strictly checked.
+"""Datagram form of the ownership messages (``placement.exclusive``, ``placement.quorum_lease``):
+msgpack, strictly checked.
 
-A handoff datagram starts with ``MAGIC`` (membership datagrams start with ``b"SW"``), so one
-UDP port carries both. ``decode`` never raises on bad input: it returns ``None`` and the caller
-counts the drop (a garbled note must never grant a partition). Not yet authenticated: the
-simulator carries these datagrams; the node process will seal them with the gossip keyring
-before it sends them (docs/ownership.md, "Not yet").
+A datagram starts with ``MAGIC`` (membership datagrams start with ``b"SW"``), so one UDP port
+can carry both, then ``[kind, sender, field...]`` with the fields of the message class in
+order. ``decode`` never raises on bad input: it returns ``None`` and the caller counts the
+drop. Not yet authenticated: the simulator carries these datagrams; the node process will seal
+them with the gossip keyring before it sends them (docs/ownership.md, "Not yet").
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from typing import Any, Callable
 
 import msgpack
 
-from .exclusive import Message, Note, NoteAck, Redirect
+from .exclusive import Message, Note, NoteAck, Query, Redirect
+from .quorum_lease import Condemn, CondemnReply, LeaseReply, LeaseReq
 
 __all__ = ["MAGIC", "encode", "decode"]
 
 MAGIC = b"\xc1P"  # 0xc1 is "never used" in msgpack
-_MAX_PARTITION = 1 << 24
-_MAX_EPOCH = 1 << 62
+
+_U62 = 1 << 62
+
+
+def _uint(limit: int) -> Callable[[Any], bool]:
+    return lambda v: type(v) is int and 0 <= v < limit
+
+
+def _id(v: Any) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= 256
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, list) and len(v) <= 4096 and all(map(_id, v))
+
+
+def _seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _any(v: Any) -> bool:
+    return True
+
+
+_PARTITION, _EPOCH, _CK = _uint(1 << 24), _uint(_U62), _uint(1 << 32)
+#: kind -> (class, one check per field, in the class's field order)
+_KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
+    0: (Note, (_PARTITION, _EPOCH, _any)),
+    1: (NoteAck, (_PARTITION, _EPOCH)),
+    2: (Redirect, (_PARTITION, _id, _EPOCH)),
+    3: (Query, (_PARTITION, _EPOCH)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH)),
+    5: (LeaseReply, (_EPOCH, _CK, lambda v: type(v) is bool, _EPOCH, _ids)),
+    6: (Condemn, (_id, _CK, _EPOCH)),
+    7: (CondemnReply, (_id, _EPOCH, _CK, lambda v: type(v) is bool, _seconds)),
+}
+_KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 
 def encode(src: str, msg: Message) -> bytes:
-    if isinstance(msg, Note):
-        body: list[Any] = [0, src, msg.partition, msg.epoch, msg.payload]
-    elif isinstance(msg, NoteAck):
-        body = [1, src, msg.partition, msg.epoch]
-    else:
-        body = [2, src, msg.partition, msg.epoch, msg.holder]
-    return MAGIC + msgpack.packb(body, use_bin_type=True)
+    values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
+    if isinstance(msg, LeaseReply):
+        values[-1] = list(values[-1])
+    return MAGIC + msgpack.packb([_KIND_OF[type(msg)], src, *values], use_bin_type=True)
 
 
 def decode(data: bytes) -> tuple[str, Message] | None:
@@ -38,19 +74,15 @@ def decode(data: bytes) -> tuple[str, Message] | None:
         return None
     try:
         body = msgpack.unpackb(data[len(MAGIC):], raw=False, strict_map_key=True, max_bin_len=65536,
-                               max_str_len=65536, max_array_len=64, max_map_len=64)
+                               max_str_len=65536, max_array_len=4096, max_map_len=64)
     except Exception:  # msgpack raises many types on garbage; all mean "drop"
         return None
-    if not isinstance(body, list) or len(body) < 4:
+    if not isinstance(body, list) or len(body) < 2 or type(body[0]) is not int or body[0] not in _KINDS:
         return None
-    kind, src, partition, epoch = body[:4]
-    if not (isinstance(src, str) and src and type(partition) is int and type(epoch) is int
-            and 0 <= partition < _MAX_PARTITION and 0 <= epoch < _MAX_EPOCH):
+    cls, checks = _KINDS[body[0]]
+    src, values = body[1], body[2:]
+    if not _id(src) or len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
-    if kind == 0 and len(body) == 5:
-        return src, Note(partition, epoch, body[4])
-    if kind == 1 and len(body) == 4:
-        return src, NoteAck(partition, epoch)
-    if kind == 2 and len(body) == 5 and isinstance(body[4], str) and body[4]:
-        return src, Redirect(partition, body[4], epoch)
-    return None
+    if cls is LeaseReply:
+        values[-1] = tuple(values[-1])
+    return src, cls(*values)

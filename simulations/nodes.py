@@ -219,7 +219,6 @@ class SwimNode(Node):
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
         own = self.own
         if own is not None:
-            own.heard(self.sim.now)
             if data[:2] == handoff_wire.MAGIC:
                 decoded = handoff_wire.decode(data)
                 if decoded is not None:

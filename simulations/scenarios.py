@@ -176,7 +176,7 @@ def _swim(lifeguard: bool, exclusive: bool = False) -> Callable[[], Any]:
     quorum, fencing; not yet the default: splits still give two owners, docs/ownership.md)."""
     name = ("swim" if lifeguard else "swim-nolifeguard") + ("-exclusive" if exclusive else "")
     config = MembershipConfig(lifeguard=lifeguard)
-    rules = ExclusiveConfig(suspicion_min_s=config.suspicion_min_s(1)) if exclusive else None
+    rules = ExclusiveConfig() if exclusive else None
     return lambda: SwimSystem(config, name=name, exclusive=rules)
 
 
