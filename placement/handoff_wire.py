@@ -53,7 +53,7 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
-    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids)),
     5: (LeaseReply, (_EPOCH, _CK, lambda v: type(v) is bool, _EPOCH, _ids)),
     6: (Condemn, (_id, _CK, _EPOCH)),
     7: (CondemnReply, (_id, _EPOCH, _CK, lambda v: type(v) is bool, _seconds)),
@@ -63,7 +63,7 @@ _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 def encode(src: str, msg: Message) -> bytes:
     values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
-    if isinstance(msg, LeaseReply):
+    if isinstance(msg, (LeaseReq, LeaseReply)):
         values[-1] = list(values[-1])
     return MAGIC + msgpack.packb([_KIND_OF[type(msg)], src, *values], use_bin_type=True)
 
@@ -83,6 +83,6 @@ def decode(data: bytes) -> tuple[str, Message] | None:
     src, values = body[1], body[2:]
     if not _id(src) or len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
-    if cls is LeaseReply:
+    if cls is LeaseReq or cls is LeaseReply:
         values[-1] = tuple(values[-1])
     return src, cls(*values)

@@ -67,6 +67,7 @@ class LeaseReq:
     generation: int
     stable: int
     cleared: int = 0  # a condemnation (its nonce) the requester has acted on: it dropped everything
+    members: tuple[str, ...] = ()  # the requester's stable view, for a witness that has none yet
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,13 @@ class QuorumLease:
         self.clean: dict[int, bool] = {}
         self._heard_condemned: dict[str, int] = {}  # witness -> nonce it refused us with
         self._echo: dict[str, int] = {}  # witness -> nonce to echo (we dropped after hearing it)
+        self._teach: set[str] = set()  # witnesses without a stable view: send them ours
         self._seq = 0
         self._next_round = now
         self._rounds: dict[int, tuple[float, int, set[str]]] = {}  # seq -> (sent, generation, granted by)
         self._view: frozenset[str] = frozenset()
         self._settled = False
+        self._healthy: frozenset[str] = frozenset()
         # witness side
         self._condemnations: dict[str, int] = {}  # member -> nonce of its standing condemnation
         self._nonce_seq = 0
@@ -179,10 +182,12 @@ class QuorumLease:
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
-    def hint(self, view: Iterable[str], settled: bool) -> None:
-        """The current view, and whether it is settled (nobody suspect, this member joined)."""
+    def hint(self, view: Iterable[str], settled: bool, healthy: Iterable[str] = ()) -> None:
+        """The current view, whether it is settled (nobody suspect, this member joined), and the
+        members seen alive and not suspect (a witness does not condemn those)."""
         self._view = frozenset(view)
         self._settled = settled
+        self._healthy = frozenset(healthy)
 
     def drop(self, owned: bool) -> None:
         """Ownership was dropped: a new generation, and echo the condemnations heard. A
@@ -214,7 +219,8 @@ class QuorumLease:
                 for old in [q for q in self._rounds if q < self._seq - 8]:
                     del self._rounds[old]
                 for w in targets:
-                    self._send(w, LeaseReq(self._seq, self.generation, self.stable_ck, self._echo.get(w, 0)), now)
+                    members = self.stable if w in self._teach else ()
+                    self._send(w, LeaseReq(self._seq, self.generation, self.stable_ck, self._echo.get(w, 0), members), now)
         for subject, c in self._condemning.items():
             if now >= c.next_send and not self._condemn_done(c):
                 c.next_send = now + self.resend_s
@@ -245,7 +251,10 @@ class QuorumLease:
             members = frozenset(r.members)
             if members and src in members and (not self.valid(now) or (self._settled and members == self._view)):
                 self.set_stable(r.members)
+            elif not members and self.stable:
+                self._teach.add(src)  # a witness that has no stable view yet: tell it ours
             return
+        self._teach.discard(src)
         rnd = self._rounds.get(r.seq)
         if rnd is None or src not in self.witnesses or not r.granted:
             return
@@ -271,6 +280,8 @@ class QuorumLease:
     # ------------------------------------------------------------------ witness side
 
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
+        if not self.stable and req.members and view_checksum(req.members) == req.stable:
+            self.set_stable(req.members)  # borrowed, as a joiner borrows from a reply
         nonce = self._condemnations.get(src, 0)
         if nonce and req.cleared == nonce:
             del self._condemnations[src]  # it dropped everything after hearing of it
@@ -287,7 +298,11 @@ class QuorumLease:
     def on_condemn(self, src: str, c: Condemn, now: float) -> CondemnReply:
         # Also for a stable view this witness has left: it grants nothing under it any more, so
         # its last grant to the subject bounds the subject's lease as well.
-        if not self.stable or (c.stable != self.stable_ck and c.stable not in self._past):
+        if (not self.stable or (c.stable != self.stable_ck and c.stable not in self._past)
+                or c.subject in self._healthy):
+            # Refusing only delays a takeover (the taker asks again): a witness that sees the
+            # subject alive and unsuspected keeps a taker with a stale view (a split that just
+            # healed) from condemning a healthy side.
             return CondemnReply(c.subject, c.nonce, self.stable_ck, False, 0.0)
         s = c.subject
         if s not in self._condemnations:
