@@ -233,6 +233,7 @@ class Ownership:
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now)
         self.view: dict[str, float] = {me: 0.0}
+        self._weights: dict[str, float] = {}  # last weight seen of every member
         self.suspects: set[str] = set()
         self.gone: dict[str, float] = {}  # dead or left member -> when this member learned it
         self.table: PlacementTable | None = None
@@ -274,6 +275,7 @@ class Ownership:
                 self.lease.forget(m)  # back: a later death needs a fresh proof
         self.view = view
         self.suspects = suspects
+        self._weights.update(view)
         self.lease.hint(view, settled=self.joined and not suspects, healthy=view.keys() - suspects)
         self._update()
 
@@ -408,11 +410,19 @@ class Ownership:
             return
         lease.set_stable(self.view)
 
+    def _placement_view(self, without_me: bool = False) -> dict[str, float]:
+        """Who may lead partitions: the *stable* view (the same at every member holding a lease
+        under it), weighted as last seen. Not the local view: local views differ while changes
+        spread, and a member that takes over from a holder it believes gone must agree with
+        everyone else on where that holder's notes went (module docstring, rule 3)."""
+        view = {m: self._weights.get(m, 1.0) for m in self.lease.stable}
+        if without_me:
+            view.pop(self.me, None)
+        return {m: w for m, w in view.items() if w > 0}
+
     def _retable(self, now: float) -> None:
         c = self.config
-        view = {m: w for m, w in self.view.items() if w > 0}
-        if self.leaving:
-            view.pop(self.me, None)
+        view = self._placement_view(without_me=self.leaving)
         old = self.table
         self.table = self._tables(view) if (view and self.joined) else None
         fenced = self.fenced_reason is not None
@@ -481,7 +491,7 @@ class Ownership:
             self._send(src, Redirect(p, holder, self.known_epoch.get(p, 0)))
 
     def _table_without_me(self) -> PlacementTable | None:
-        others = {m: w for m, w in self.view.items() if m != self.me and w > 0}
+        others = self._placement_view(without_me=True)
         return self._tables(others) if others else None
 
     def _led_by_me(self) -> set[int]:
@@ -507,9 +517,9 @@ class Ownership:
                 # the verdict, or a Redirect from the member that waited on us, says nobody did.
                 if self._may_take_back(w):
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="back")
-            elif w.holder in self.view:
+            elif w.holder in self.lease.stable:
                 self._ask(p, w, w.holder, now)
-            else:
+            else:  # the holder left the stable view: the cluster agrees it is gone
                 since = self.gone.setdefault(w.holder, now)
                 lease.condemn(w.holder, now)
                 free = lease.free_at(w.holder)
