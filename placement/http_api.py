@@ -25,7 +25,7 @@ import msgpack
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field, WithJsonSchema
@@ -261,6 +261,12 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     async def validation_problem(request: Request, exc: RequestValidationError) -> Response:
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return problem(422, "Invalid request", detail)
+
+    @app.get("/", response_class=RedirectResponse, status_code=307, response_description="to the API docs page",
+             responses={307: {"headers": {"Location": {"schema": {"type": "string", "const": app.docs_url}}}}})
+    async def root() -> RedirectResponse:
+        # A web console at /ui will take this place; until then the docs are the front page.
+        return RedirectResponse(app.docs_url, status_code=307)
 
     @app.get("/v1/members", response_model=list[MemberOut],
              responses=_msgpack_too({"type": "array", "items": _ref(MemberOut)}))
