@@ -56,34 +56,30 @@ API = schemathesis.openapi.from_dict(document()).exclude(method="POST", path="/v
 LEAVE_API = schemathesis.openapi.from_dict(document(admin_token=TOKEN)).include(path="/v1/leave")
 
 
-def _plain(value):
-    """msgpack bin has no JSON Schema type; the schema calls it a string (format: binary)."""
-    if isinstance(value, bytes):
-        return value.decode("latin-1")
+def _map_leaves(value, leaf):
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _map_leaves(v, leaf) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+        return [_map_leaves(v, leaf) for v in value]
+    return leaf(value)
 
 
 @schemathesis.deserializer(MSGPACK)
 def _from_msgpack(ctx, response):
-    return _plain(msgpack.unpackb(response.content, raw=False))
+    # msgpack bin has no JSON Schema type; the schema calls it a string (format: binary).
+    return _map_leaves(msgpack.unpackb(response.content, raw=False),
+                       lambda v: v.decode("latin-1") if isinstance(v, bytes) else v)
 
 
-def _packable(value):
-    """Integers past 64 bits (generated as invalid data) have no msgpack form: send them as floats."""
-    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**64:
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _packable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_packable(v) for v in value]
-    return value
+def _to_msgpack(ctx, value):
+    # Integers past 64 bits (invalid data the fuzzer makes) have no msgpack form: sent as floats.
+    def packable(v):
+        return float(v) if isinstance(v, int) and not -2**63 <= v < 2**64 else v
+
+    return msgpack.packb(_map_leaves(value, packable), use_bin_type=True)
 
 
-schemathesis.serializer(MSGPACK)(lambda ctx, value: msgpack.packb(_packable(value), use_bin_type=True))
+schemathesis.serializer(MSGPACK)(_to_msgpack)
 
 
 # ----- live nodes ----------------------------------------------------------------------------
@@ -131,6 +127,8 @@ def live_cluster(size, **app_kwargs):
     finally:
         stop.set()
         thread.join(30)
+    if failure:  # the node or its server failed while the tests ran
+        raise failure[0]
 
 
 @pytest.fixture(scope="module")
