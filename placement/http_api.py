@@ -6,7 +6,10 @@ JSON by default; msgpack when the request says ``Accept: application/msgpack`` (
 
 Handlers return pre-serialised ``Response`` objects: the pydantic models below document the
 bodies in the OpenAPI schema without costing a validation pass per request, which keeps
-``GET /v1/owners`` close to the cost of a no-op route (BENCHMARKS.md).
+``GET /v1/owners`` close to the cost of a no-op route (BENCHMARKS.md). The OpenAPI 3.1 document
+(``/openapi.json``) names every status a route answers with, each with its media types: the
+problem body for errors, the msgpack form beside JSON where ``Accept`` selects it.
+tests/test_openapi.py validates it and fuzzes a live node against it with schemathesis.
 """
 
 from __future__ import annotations
@@ -16,15 +19,16 @@ import hmac
 import json
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgpack
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import RedirectResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from membership import MemberInfo
@@ -78,6 +82,17 @@ class OwnersOut(BaseModel):
     checksum: str
 
 
+# A member is the pair [id, weight] on the wire. Its exact JSON Schema is a tuple (prefixItems),
+# which is valid OpenAPI 3.1, but schemathesis 4.32 rewrites prefixItems into the draft-4 form
+# `items: [...]` before checking response schemas, then rejects its own rewrite. This form
+# admits the same pairs (one string, one number) but not their order; the description says it.
+MemberPair = Annotated[tuple[str, float], WithJsonSchema({
+    "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": ["string", "number"]},
+    "contains": {"type": "string"}, "maxContains": 1,
+    "description": "[id, weight]: the member id (string), then its weight (number)",
+})]
+
+
 class PlacementOut(BaseModel):
     format: str
     checksum: str = Field(description="identity of the placement (members, weights, settings)")
@@ -86,12 +101,16 @@ class PlacementOut(BaseModel):
     replicas: int
     seed: int
     capacity_factor: float | None
-    members: list[tuple[str, float]] = Field(description="[id, weight] sorted by id")
+    members: list[MemberPair] = Field(description="[id, weight] sorted by id")
     addresses: dict[str, str] = Field(description="member id -> base URL")
     owners_width: int
-    owners: list[list[int]] = Field(
-        description="per partition, indices into members, leader first (msgpack: little-endian int32 bytes)"
-    )
+    owners: list[list[int]] = Field(description="per partition, indices into members, leader first")
+
+
+class PlacementMsgpackOut(PlacementOut):
+    """The msgpack form: as the JSON one, with the owner table packed in one bin value."""
+
+    owners: bytes = Field(description="owners_width little-endian int32 member indices per partition (msgpack bin)")
 
 
 class RouteIn(BaseModel):
@@ -108,11 +127,18 @@ class RouteOut(BaseModel):
     routes: dict[str, RouteGroup] = Field(description="leader id -> its address and keys")
 
 
+class Health(BaseModel):
+    status: str = Field(description="ok (healthz), ready (readyz), leaving (leave)")
+    node: str = Field(description="this node's id")
+
+
 class Problem(BaseModel):
-    type: str = "about:blank"
+    """RFC 9457 problem details, the body of every error response."""
+
+    type: str = Field(description="always about:blank: the title names the problem")
     title: str
-    status: int
-    detail: str
+    status: int = Field(description="the HTTP status code")
+    detail: str = Field(description="what was wrong, and what to do")
 
 
 def problem(status: int, title: str, detail: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -120,7 +146,22 @@ def problem(status: int, title: str, detail: str, headers: Mapping[str, str] | N
     return Response(json.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
 
 
-_ERRORS = {400: {"model": Problem}, 422: {"model": Problem}}
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _problems(*statuses: int) -> dict[int, dict[str, Any]]:
+    """OpenAPI responses for the error statuses a route answers with: problem bodies."""
+    return {status: {"description": HTTPStatus(status).phrase, "content": {PROBLEM: {"schema": _ref(Problem)}}}
+            for status in statuses}
+
+
+def _msgpack_too(schema: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The msgpack alternative of a 200 response, chosen with ``Accept: application/msgpack``."""
+    return {200: {"content": {MSGPACK: {"schema": schema}}}}
+
+
+_ETAG = {"ETag": {"description": "quoted etag of the snapshot", "schema": {"type": "string"}}}
 
 
 def _wants_msgpack(request: Request) -> bool:
@@ -175,11 +216,38 @@ class _NodeCollector:
                                 value=len(self.node.owned_partitions()))
 
 
+# Links between operations (OpenAPI 3.1, 4.8.20): a snapshot's etag is what a client sends back
+# to long-poll for the next change, or to revalidate the one it holds.
+_PLACEMENT_LINKS = {
+    "nextChange": {"operationId": "placement", "parameters": {"after": "$response.body#/etag"},
+                   "description": "long-poll (with wait) until the snapshot differs from this one"},
+    "revalidate": {"operationId": "placement", "parameters": {"header.If-None-Match": "$response.header.ETag"},
+                   "description": "304 while the snapshot is unchanged"},
+}
+
+
 def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) -> FastAPI:
     """The HTTP API of ``node``. ``on_leave`` runs after a ``POST /v1/leave`` completed."""
-    app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0])
+    app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0],
+                  generate_unique_id_function=lambda route: route.name)
     registry = CollectorRegistry()
     registry.register(_NodeCollector(node))
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, plus the schemas that only raw ``responses`` entries name."""
+        if app.openapi_schema is None:
+            spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            components = spec.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
+            for model in (Problem, PlacementMsgpackOut):
+                schemas[model.__name__] = model.model_json_schema(mode="serialization")
+            if admin_token:
+                components["securitySchemes"] = {"adminToken": {
+                    "type": "http", "scheme": "bearer", "description": "the node's --admin-token"}}
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(StarletteHTTPException)
     async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
@@ -194,25 +262,38 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return problem(422, "Invalid request", detail)
 
-    @app.get("/v1/members", response_model=list[MemberOut])
+    @app.get("/", response_class=RedirectResponse, status_code=307, response_description="to the API docs page",
+             responses={307: {"headers": {"Location": {"schema": {"type": "string", "const": app.docs_url}}}}})
+    async def root() -> RedirectResponse:
+        # A web console at /ui will take this place; until then the docs are the front page.
+        return RedirectResponse(app.docs_url, status_code=307)
+
+    @app.get("/v1/members", response_model=list[MemberOut],
+             responses=_msgpack_too({"type": "array", "items": _ref(MemberOut)}))
     async def members(request: Request) -> Response:
         return _encode(request, [_member_out(m) for m in node.members()])
 
-    @app.get("/v1/placement", response_model=PlacementOut, responses={304: {"description": "not modified"}, **_ERRORS})
+    @app.get("/v1/placement", response_model=PlacementOut, responses={
+        200: {"headers": _ETAG, "links": _PLACEMENT_LINKS,
+              "content": {MSGPACK: {"schema": _ref(PlacementMsgpackOut)}}},
+        304: {"description": "the snapshot still has the etag named in If-None-Match", "headers": _ETAG},
+        **_problems(422)})
     async def placement(
         request: Request,
         after: str | None = Query(None, max_length=64, description="long-poll: return once the etag differs"),
         wait: float = Query(0.0, ge=0.0, le=MAX_WAIT_S, description="long-poll bound in seconds"),
+        if_none_match: str | None = Header(None, alias="If-None-Match",
+                                           description="the quoted etag held: 304 if it is still current"),
     ) -> Response:
         snap = node.snapshot
         if after is not None and wait > 0:
             snap = await node.wait_for_change(after, wait)
         etag = f'"{snap.etag}"'
-        if request.headers.get("if-none-match") == etag:
+        if if_none_match == etag:
             return Response(status_code=304, headers={"ETag": etag})
         return _encode(request, snap.to_dict(binary=_wants_msgpack(request)), {"ETag": etag})
 
-    @app.get("/v1/owners", response_model=OwnersOut, responses=_ERRORS)
+    @app.get("/v1/owners", response_model=OwnersOut, responses={**_msgpack_too(_ref(OwnersOut)), **_problems(422)})
     async def owners(
         request: Request,
         key: str = Query(..., min_length=1, max_length=4096),
@@ -226,7 +307,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
                 "checksum": table.checksum}
         return _encode(request, body)
 
-    @app.post("/v1/route", response_model=RouteOut, responses={413: {"model": Problem}, 415: {"model": Problem}, **_ERRORS},
+    @app.post("/v1/route", response_model=RouteOut,
+              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 413, 415, 422)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": RouteIn.model_json_schema()},
                   MSGPACK: {"schema": RouteIn.model_json_schema()}}}})
@@ -257,11 +339,11 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         routes = {m: {"http": snap.address(m), "keys": ks} for m, ks in groups.items()}
         return _encode(request, {"checksum": snap.checksum, "routes": routes})
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=Health)
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "node": node.node_id}
 
-    @app.get("/readyz", responses={503: {"model": Problem}})
+    @app.get("/readyz", response_model=Health, responses=_problems(503))
     async def readyz() -> Response:
         if not node.ready:
             refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
@@ -269,11 +351,14 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             return problem(503, "Not ready", detail)
         return Response(json.dumps({"status": "ready", "node": node.node_id}), media_type="application/json")
 
-    @app.get("/metrics", response_class=Response)
+    @app.get("/metrics", response_class=Response, responses={200: {
+        "description": "Prometheus text exposition format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/leave", status_code=202, responses={401: {"model": Problem}, 403: {"model": Problem}})
+    @app.post("/v1/leave", status_code=202, response_model=Health, response_description="leaving",
+              responses=_problems(401, 403) if admin_token else {},
+              openapi_extra={"security": [{"adminToken": []}]} if admin_token else None)
     async def leave(request: Request) -> Response:
         if admin_token:
             auth = request.headers.get("authorization", "")
