@@ -243,6 +243,8 @@ class Ownership:
         self.known_epoch: dict[int, int] = {}
         self.epoch_clock = 0
         self._consumed: set[tuple[str, int, int]] = set()  # notes taken: (sender, partition, epoch)
+        #: Partitions this member passed on: to whom (None: dropped without a clean verdict).
+        self._passed: dict[int, str | None] = {}
         self._view_changed_at = now
         self._now = now
         self.joined = founder  # heard from the cluster (or started it)
@@ -286,8 +288,9 @@ class Ownership:
                                                        and o.msg.partition == msg.partition
                                                        and o.msg.epoch == msg.epoch)]
         elif isinstance(msg, Note):
-            self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
-            self._on_note(src, msg)
+            if self.lease.valid(now):  # without a lease, do not take it on: the sender resends
+                self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
+                self._on_note(src, msg)
         elif isinstance(msg, Redirect):
             self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
             w = self.waiting.get(msg.partition)
@@ -382,7 +385,7 @@ class Ownership:
         if not lease.valid(now):
             self.fenced_reason = "no quorum lease: a majority of the witnesses has not confirmed this member" \
                 if lease.stable else "no stable view yet"
-            if self.owned:  # the lease ran out under us: ownership ended with it (rule 1)
+            if self.owned or self.free:  # the lease ran out under us: ownership ended with it (rule 1)
                 self._drop_all(now, at=lease.valid_until)
             elif self._owned_this_generation:
                 self._owned_this_generation = False
@@ -449,6 +452,7 @@ class Ownership:
             if lead is not None and lead != self.me and lead != self.free[p][2]:
                 epoch, payload, _ = self.free.pop(p)
                 self.counters.notes_forwarded += 1
+                self._passed[p] = lead
                 self._send(lead, Note(p, epoch, payload))
         mine = self._led_by_me()
         for p in list(self.waiting):
@@ -477,18 +481,30 @@ class Ownership:
         elif self._may_take_back(w):
             # This member was the last holder, stopped without a note, and nobody took it.
             self.counters.notes_sent += 1
+            self._passed[p] = lead
             self._send(lead, Note(p, epoch, None))
+        else:
+            self._passed[p] = None  # dropped it, and someone may have taken it: no answer
         # else: a taker may hold it and will hand it on.
 
     def _answer_query(self, src: str, p: int) -> None:
+        """Whom to ask next. Never give a right away twice: a member that holds the right to
+        ``p`` (owns it, or dropped it itself) stays silent - it passes it on with a note when
+        its view moves on; one that passed it on names the receiver; only one that never had
+        anything to do with ``p`` answers "not me, you"."""
         if p in self.owned:
-            return  # it is ours (and will be released with a note when our view moves on)
+            return
         w = self.waiting.get(p)
-        holder = src if w is None else w.holder
-        if holder == self.me:
-            holder = src if (w is not None and self._may_take_back(w)) else ""
-        if holder:
-            self._send(src, Redirect(p, holder, self.known_epoch.get(p, 0)))
+        if w is not None:
+            if w.holder != self.me:
+                self._send(src, Redirect(p, w.holder, self.known_epoch.get(p, 0)))
+            return
+        if p in self._passed:
+            to = self._passed[p]
+            if to is not None and to != src:
+                self._send(src, Redirect(p, to, self.known_epoch.get(p, 0)))
+            return
+        self._send(src, Redirect(p, src, self.known_epoch.get(p, 0)))
 
     def _table_without_me(self) -> PlacementTable | None:
         others = self._placement_view(without_me=True)
@@ -538,6 +554,7 @@ class Ownership:
 
     def _acquire(self, p: int, epoch: int, payload: Any, now: float, *, how: str) -> None:
         self.waiting.pop(p, None)
+        self._passed.pop(p, None)
         new = max(epoch, self.known_epoch.get(p, 0), self.epoch_clock) + 1
         self.epoch_clock = new
         self.known_epoch[p] = new
@@ -560,6 +577,7 @@ class Ownership:
         self._actions.append(Ended(p, o.epoch, at, timed_out))
         lead = self._leader(p)
         if lead is not None and lead != self.me:
+            self._passed[p] = lead
             self._send(lead, Note(p, o.epoch, payload))
             self.counters.notes_sent += 1
         elif not self.leaving:
@@ -574,6 +592,11 @@ class Ownership:
             self.counters.released += 1
             self._actions.append(Ended(p, o.epoch, min(now, at) if at is not None else now))
             self.waiting[p] = _Waiting(self.me, now, self.lease.generation)
+        # Notes held are ownership of this lease generation too: a taker that expected the
+        # partition from us may be condemning us for it. Back only on a clean verdict.
+        for p in list(self.free):
+            del self.free[p]
+            self.waiting[p] = _Waiting(self.me, now, self.lease.generation)
         owned = self._owned_this_generation
         if owned:
             self.counters.lease_losses += 1
@@ -587,6 +610,7 @@ class Ownership:
             self.counters.notes_duplicate += 1  # a resend whose ack was lost, or a duplicate
             return
         self._consumed.add(key)
+        self._owned_this_generation = True  # a note held is ownership under this lease
         self.known_epoch[p] = max(self.known_epoch.get(p, 0), note.epoch)
         self.epoch_clock = max(self.epoch_clock, note.epoch)
         self.free[p] = (note.epoch, note.payload, src)  # acquired or passed on by _update

@@ -57,16 +57,15 @@ def test_a_joiner_never_owns_what_the_old_owner_still_owns() -> None:
     """Checked after every step: the two members never own one partition at once, and the
     joiner ends up with its share (by note after the drain, or by a proven takeover)."""
     a, b, now = founder_and_joiner()
-    releases = [x for x in a.actions() if isinstance(x, Release)]
-    moving = {r.partition for r in releases}
-    assert moving and all(r.reason == "moved" for r in releases)
-    assert moving == set(tables({"n1": 1, "n2": 1}).owned_by("n2", leader_only=True))
+    moving = set(tables({"n1": 1, "n2": 1}).owned_by("n2", leader_only=True))
+    releases: list[Release] = []
     drained = False
     for _ in range(80):
         now += 0.25
         for c in (a, b):
             c.handle_timer(now)
-        if not drained and now > 1.5:  # the application finishes draining one partition
+        releases += [x for x in a.actions() if isinstance(x, Release)]
+        if not drained and releases:  # the application finishes draining one partition early
             p = min(moving)
             if p in a.owned:
                 a.release_done(p, now, payload={"checkpoint": 41})
@@ -74,6 +73,7 @@ def test_a_joiner_never_owns_what_the_old_owner_still_owns() -> None:
         for src, dst in ((a, b), (b, a), (a, b)):
             exchange(src, dst, now)
         assert not (set(a.owned) & set(b.owned)), now
+    assert {r.partition for r in releases} == moving and all(r.reason == "moved" for r in releases)
     assert set(b.owned) == moving
     assert all(b.owned[p].epoch > 0 for p in moving)
 
@@ -141,27 +141,21 @@ def test_no_partition_is_owned_twice(name: str) -> None:
     assert r["dual_owned_partition_s_exact"] == 0, (name, r["dual_owned_examples"])
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_joins_leaves_and_crashes_never_give_two_owners(seed: int) -> None:
-    """Random fault schedule (the seed is in the failure): joins, graceful leaves, crashes."""
-    rng = random.Random(seed)
-    schedule = [(rng.uniform(5, 50), rng.choice(["join", "leave", "crash"])) for _ in range(6)]
+#: Seeds whose random schedule still gives two owners: concurrent takeovers by members on two
+#: different stable views (the witness-set change gap of docs/ownership.md). Strict: when the
+#: gap is closed they pass, and this list must be emptied.
+KNOWN_GAP_SEEDS = (54, 60)
 
-    def apply(cluster) -> None:
-        def act(kind: str) -> None:
-            live = [i for i, n in cluster.nodes.items() if n.up and not n.leaving]
-            if kind == "join" or len(live) <= 4:
-                cluster.join()
-            elif kind == "leave":
-                cluster.leave([rng.choice(live)])
-            else:
-                cluster.crash([rng.choice(live)])
-        for at, kind in schedule:
-            cluster.sim.at(cluster.sim.now + at, act, kind)
 
-    r = run_scenario("steady", nodes=8, duration_s=70, seed=seed, partitions=128, system="swim-exclusive",
-                     before_run=apply)
-    assert r["dual_owned_partition_s_exact"] == 0, f"seed {seed}: {schedule} -> {r['dual_owned_examples']}"
+@pytest.mark.parametrize("seed", [*range(12), *(pytest.param(s, marks=pytest.mark.xfail(
+    strict=True, reason="witness-set change gap (docs/ownership.md)")) for s in KNOWN_GAP_SEEDS)])
+def test_random_fault_schedules_never_give_two_owners(seed: int) -> None:
+    """Joins, leaves, crashes, restarts, two- and one-way splits, heals, freezes, loss, at random
+    (simulations.fuzz_ownership; the seed reproduces the run)."""
+    from simulations.fuzz_ownership import run
+
+    r = run(seed)
+    assert r["dual_owned_partition_s_exact"] == 0, f"seed {seed}: {r['schedule']} -> {r['dual_owned_examples']}"
 
 
 def test_a_split_keeps_exactly_one_side_owning() -> None:
