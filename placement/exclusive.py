@@ -9,40 +9,45 @@ differ between members for a while after every change, and in a network split fo
 the split lasts, so "lead it when my table says so" gives two owners. This core turns the table
 into *ownership*. It takes the view, messages and ``now`` as inputs and returns actions
 (``Acquired``, ``Release``, ``Ended``) and messages to send; it never reads a clock, so the node
-and the simulator run it unchanged. Rules:
+and the simulator run it unchanged. Rules (docs/ownership.md numbers them the same way):
 
 1. **A member owns only while it holds a quorum lease** (``placement.quorum_lease``): a majority
    of the witnesses of the last stable view confirmed it within ``lease_s``, counted from when
    it sent the request. A member that cannot show that - cut off, on the losing side of a split,
-   frozen - starts releasing ``fence_drain_s`` before its lease runs out, and its ownership
-   ends when the lease does, whatever the application is doing (``Ended.at`` is then the
-   lease's end, even if the member noticed later: the worker API checks ``valid_until`` before
-   each unit of work). The side of a split that holds the witness majority keeps ownership;
-   the tie-break of an even witness set is its first witness (Akka's keep-majority, computed
-   from the last stable view).
+   frozen, condemned - starts releasing ``fence_drain_s`` before its lease runs out, and its
+   ownership ends when the lease does (``Ended.at`` is then the lease's end even if it noticed
+   later: the worker API checks ``valid_until`` before each unit of work). A new stable view is
+   adopted only under a lease and only if it keeps a majority of the current witnesses.
 
-2. **Handoff, not hand-over** (Kafka KIP-429: revoke, then assign). A member that stops leading
-   a partition it owns *releases* it: the application drains (``Release`` with a deadline of
-   ``handoff_timeout_s``); only when it reports done (or the deadline passes) does ownership end
-   (``Ended``), and then ``Note(partition, epoch, payload)`` goes to the new leader, resent until
-   acknowledged. A member acquires from a live holder only on such a note. Notes are consumed
-   once (deduplicated by sender, partition and epoch) and never passed back to their sender: a
-   receiver that does not lead the partition holds the note until its view says who does.
+2. **Placement from the stable view**, not the local view: every member holding a lease under
+   one stable view computes the same leader, so a taker and the receiver of a note agree on
+   where a partition went.
 
-3. **Takeover from a dead holder, proven.** The member that leads a partition whose awaited
-   holder H is dead (or left without its note arriving) first has a witness quorum *condemn* H
-   (H can renew its lease no more), and acquires once H's lease is over for certain
-   (``QuorumLease.free_at``), and not before ``takeover_grace_s`` after the death (time for a
-   note or redirect still in flight). A member that was itself still waiting for a partition
-   when it moves on tells the new leader whom it was waiting for (``Redirect``); a member that
-   has waited ``query_after_s`` for a holder that is alive asks it (``Query``): the answer is the
-   holder it waits for in turn, or "not me, you" - nobody holds it.
+3. **Handoff, not hand-over** (Kafka KIP-429: revoke, then assign). A member that stops leading
+   a partition it owns releases it: the application drains (``Release``, deadline
+   ``handoff_timeout_s``); then ownership ends (``Ended``) and ``Note(partition, epoch, payload)``
+   goes to the new leader, resent until acknowledged. A member acquires from a live holder only
+   on such a note, and takes notes on only under a lease (a note held is ownership of that
+   lease generation). Notes are consumed once and never passed back to their sender.
 
-4. **Coming back.** A member that lost its lease or learned it was declared dead ends all its
-   ownership and takes its own partitions back only when the witnesses that granted its old
-   lease confirm nobody condemned it since (then nobody took them), or when the member that
-   would have taken one says it did not (``Redirect`` naming it). Otherwise it waits for the
-   takers' notes.
+4. **Takeover from a holder that left the stable view, proven**: a witness majority condemns
+   it, and the taker waits until its lease is over for certain (``QuorumLease.free_at``) and
+   ``takeover_grace_s`` after noticing.
+
+5. **Coming back**: a member that dropped partitions (or held notes) takes them back only on a
+   clean verdict from the witnesses of its last renewal, or when the member that waited to take
+   one says it never did (``Redirect`` naming it).
+
+6. **Nobody gives a right away twice**: a ``Query`` is answered with the member one waits for or
+   passed the partition to, never with "not me, so nobody" (that says nothing while views
+   differ).
+
+7. **Restarts**: a process that finds its id already in its first stable view and gets no note
+   condemns its own id (stopping a previous process, if alive) and, ``handoff_timeout_s`` after
+   that view, takes what it waits for once the witnesses prove the old lease over.
+
+Not proven: takeovers by two members holding different stable views at once (witness sets can
+differ by a swapped member, and majorities of two sets can be disjoint). docs/ownership.md.
 
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
@@ -248,6 +253,10 @@ class Ownership:
         self._view_changed_at = now
         self._now = now
         self.joined = founder  # heard from the cluster (or started it)
+        self._founder = founder
+        self._restarted = False  # rule 7: set when the first stable view already names us
+        self._first_stable_seen = False
+        self._restart_seen_at = 0.0
         self.leaving = False
         self.fenced_reason: str | None = None
         self._owned_this_generation = False
@@ -342,7 +351,7 @@ class Ownership:
         keep = []
         for o in self._out:
             if o.dst in self.gone:
-                continue  # a dead receiver: its successor takes over (rule 3)
+                continue  # a dead receiver: its successor takes over (rule 4)
             if o.next_send <= now:
                 due.append((o.dst, o.msg))
                 if o.once:
@@ -380,6 +389,7 @@ class Ownership:
         lease = self.lease
         lease.tick(now)
         self._maybe_adopt_stable(now)
+        self._note_first_stable()
         if lease.condemned:  # a witness refuses us: someone is taking our partitions over
             self._drop_all(now)
         if not lease.valid(now):
@@ -401,6 +411,12 @@ class Ownership:
                 self._end(p, o.deadline, None, timed_out=True)
         self._try_acquire(now)
 
+    def _note_first_stable(self) -> None:
+        if self.lease.stable and not self._founder and not self._first_stable_seen:
+            self._first_stable_seen = True
+            self._restarted = self.me in self.lease.stable
+            self._restart_seen_at = self._now
+
     def _maybe_adopt_stable(self, now: float) -> None:
         """Adopt the view as the stable view: unchanged ``stable_after_s``, nobody suspect, only
         while holding a lease, and only if it keeps a quorum of the current witnesses (Akka's
@@ -417,7 +433,7 @@ class Ownership:
         """Who may lead partitions: the *stable* view (the same at every member holding a lease
         under it), weighted as last seen. Not the local view: local views differ while changes
         spread, and a member that takes over from a holder it believes gone must agree with
-        everyone else on where that holder's notes went (module docstring, rule 3)."""
+        everyone else on where that holder's notes went (module docstring, rule 2)."""
         view = {m: self._weights.get(m, 1.0) for m in self.lease.stable}
         if without_me:
             view.pop(self.me, None)
@@ -467,7 +483,14 @@ class Ownership:
         for p in mine:
             if p not in self.owned and p not in self.waiting:
                 holder = prev.owner(p) if prev is not None else self.me
-                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=holder == self.me)
+                cleared = False
+                if holder == self.me:
+                    passed = self._passed.get(p)
+                    if passed is not None:
+                        holder = passed  # we handed it on: expect it back from the receiver
+                    # Only the founder's first table may take what nobody held before it.
+                    cleared = old is None and self._founder and not self._passed
+                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=cleared)
 
     def _pass_on(self, p: int, w: _Waiting) -> None:
         """A partition this member waited for now belongs to another: tell the new leader."""
@@ -488,10 +511,9 @@ class Ownership:
         # else: a taker may hold it and will hand it on.
 
     def _answer_query(self, src: str, p: int) -> None:
-        """Whom to ask next. Never give a right away twice: a member that holds the right to
-        ``p`` (owns it, or dropped it itself) stays silent - it passes it on with a note when
-        its view moves on; one that passed it on names the receiver; only one that never had
-        anything to do with ``p`` answers "not me, you"."""
+        """Whom to ask next: the member this one waits for, or the one it passed ``p`` to. A
+        member that holds the right to ``p`` (owns it, or dropped it itself) stays silent: it
+        passes it on with a note when its view moves on."""
         if p in self.owned:
             return
         w = self.waiting.get(p)
@@ -499,12 +521,12 @@ class Ownership:
             if w.holder != self.me:
                 self._send(src, Redirect(p, w.holder, self.known_epoch.get(p, 0)))
             return
-        if p in self._passed:
-            to = self._passed[p]
-            if to is not None and to != src:
-                self._send(src, Redirect(p, to, self.known_epoch.get(p, 0)))
-            return
-        self._send(src, Redirect(p, src, self.known_epoch.get(p, 0)))
+        to = self._passed.get(p)
+        if to is not None and to != src:
+            self._send(src, Redirect(p, to, self.known_epoch.get(p, 0)))
+        # Never "not me, so nobody": that this member does not hold it says nothing about the
+        # others while views differ (measured: a take-back beside the real holder). A partition
+        # nobody holds then stays orphaned (liveness), rather than owned twice (safety).
 
     def _table_without_me(self) -> PlacementTable | None:
         others = self._placement_view(without_me=True)
@@ -523,6 +545,7 @@ class Ownership:
             return
         c = self.config
         lease = self.lease
+        restart = self._restart_free(now)  # once: for what the restarted process waits for now
         for p, w in list(self.waiting.items()):
             if p in self.free:
                 epoch, payload, _ = self.free.pop(p)
@@ -533,6 +556,10 @@ class Ownership:
                 # the verdict, or a Redirect from the member that waited on us, says nobody did.
                 if self._may_take_back(w):
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="back")
+            elif restart:
+                # A restart that nobody saw leave: its own previous process was the only holder
+                # (rule 7), and the witnesses have proven it stopped.
+                self._acquire(p, self.known_epoch.get(p, 0), None, now, how="takeover")
             elif w.holder in self.lease.stable:
                 self._ask(p, w, w.holder, now)
             else:  # the holder left the stable view: the cluster agrees it is gone
@@ -541,6 +568,27 @@ class Ownership:
                 free = lease.free_at(w.holder)
                 if free is not None and now >= max(free, since + c.takeover_grace_s):
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="takeover")
+        if restart:
+            self._restarted = False
+            self.lease.forget(self.me)
+
+    def _restart_free(self, now: float) -> bool:
+        """Rule 7: this process restarted a member that was never removed from the stable view
+        (it found its id in the first stable view it took). Everyone computes the partitions it
+        leads as its own, so nobody but its previous process can hold them; it condemns that
+        process (its own id) and owns them once the witnesses prove its lease is over. A
+        previous process that is in fact still alive is stopped by the same condemnation."""
+        if self._restarted and (self.owned or self.counters.acquired):
+            self._restarted = False  # notes came: an ordinary join, not a process nobody hands to
+        if not self._restarted or now < self._restart_seen_at + self.config.handoff_timeout_s + 2 * self.config.resend_s:
+            return False  # a member draining a partition to us (we may have been re-added) ends first
+        lease = self.lease
+        lease.condemn(self.me, now)
+        free = lease.free_at(self.me)
+        # ...and only once every witness has lifted that condemnation for this process (it
+        # echoed the nonces): a refusal still standing would make it drop what it takes.
+        lifted = lease.valid(now) and not lease.condemned and not lease.echoing()
+        return free is not None and now >= free and lifted
 
     def _ask(self, p: int, w: _Waiting, who: str | None, now: float) -> None:
         """After ``query_after_s`` without progress, ask ``who`` (every 2 s): a ``Redirect``
@@ -555,6 +603,8 @@ class Ownership:
     def _acquire(self, p: int, epoch: int, payload: Any, now: float, *, how: str) -> None:
         self.waiting.pop(p, None)
         self._passed.pop(p, None)
+        # A note of ours for p still being resent is obsolete now (we hold p again).
+        self._out = [o for o in self._out if not (isinstance(o.msg, Note) and o.msg.partition == p)]
         new = max(epoch, self.known_epoch.get(p, 0), self.epoch_clock) + 1
         self.epoch_clock = new
         self.known_epoch[p] = new
@@ -586,7 +636,7 @@ class Ownership:
 
     def _drop_all(self, now: float, at: float | None = None) -> None:
         """End every ownership now (declared dead) or when the lease ended (``at``), without
-        notes: whoever takes the partitions over proves this member stopped (rule 3)."""
+        notes: whoever takes the partitions over proves this member stopped (rule 4)."""
         for p in list(self.owned):
             o = self.owned.pop(p)
             self.counters.released += 1

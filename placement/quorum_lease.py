@@ -267,6 +267,10 @@ class QuorumLease:
                 self.valid_until = sent + self.lease_s
                 self._last_quorum[gen] = frozenset(granted)
 
+    def echoing(self) -> bool:
+        """Condemnations heard and not yet lifted by the witness that made them."""
+        return bool(self._echo or self._heard_condemned)
+
     def _note_clean(self, src: str) -> None:
         """``src`` holds no condemnation of us: count it toward "nobody took our partitions"."""
         for g, seen in list(self._pending.items()):
@@ -299,7 +303,7 @@ class QuorumLease:
         # Also for a stable view this witness has left: it grants nothing under it any more, so
         # its last grant to the subject bounds the subject's lease as well.
         if (not self.stable or (c.stable != self.stable_ck and c.stable not in self._past)
-                or c.subject in self._healthy):
+                or (c.subject in self._healthy and src != c.subject)):  # (a restart condemns its old self)
             # Refusing only delays a takeover (the taker asks again): a witness that sees the
             # subject alive and unsuspected keeps a taker with a stale view (a split that just
             # healed) from condemning a healthy side.

@@ -79,8 +79,9 @@ class SwimSystem:
         owned = 0
         for n in members:
             own = n.own
-            if own is None or own.waiting or any(o.releasing for o in own.owned.values()):
-                return False
+            if (own is None or own.waiting or any(o.releasing for o in own.owned.values())
+                    or frozenset(own.lease.stable) != want):
+                return False  # (placement follows the stable view: it must be the whole cluster)
             owned += len(own.owned)
         return owned == cluster.placement.partitions
 

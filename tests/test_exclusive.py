@@ -144,7 +144,7 @@ def test_no_partition_is_owned_twice(name: str) -> None:
 #: Seeds whose random schedule still gives two owners: concurrent takeovers by members on two
 #: different stable views (the witness-set change gap of docs/ownership.md). Strict: when the
 #: gap is closed they pass, and this list must be emptied.
-KNOWN_GAP_SEEDS = (54, 60)
+KNOWN_GAP_SEEDS = (36, 47, 60)
 
 
 @pytest.mark.parametrize("seed", [*range(12), *(pytest.param(s, marks=pytest.mark.xfail(
