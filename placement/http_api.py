@@ -48,6 +48,7 @@ class NodeLike(Protocol):
 
     node_id: str
     placement_changes: int
+    callback_errors: int
 
     @property
     def snapshot(self) -> PlacementSnapshot: ...
@@ -214,6 +215,9 @@ class _NodeCollector:
                                   value=self.node.placement_changes)
         yield GaugeMetricFamily("placement_partitions_owned", "Partitions this node leads",
                                 value=len(self.node.owned_partitions()))
+        yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
+                                  "(logged with the partition; the node carries on)",
+                                  value=self.node.callback_errors)
 
 
 # Links between operations (OpenAPI 3.1, 4.8.20): a snapshot's etag is what a client sends back

@@ -184,6 +184,7 @@ class Node:
         self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
         self.declared_dead_count = 0
         self.placement_changes = 0
+        self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> "Node":
@@ -429,9 +430,19 @@ class Node:
             return
         for p in sorted(change.released):  # release before acquire
             for cb in self._released_cbs:
-                cb(p)
+                self._call(cb, p, "released")
         for p in sorted(change.acquired):
             for cb in self._acquired_cbs:
-                cb(p)
+                self._call(cb, p, "acquired")
         for stream in self._streams:
             stream.put(change)
+
+    def _call(self, cb: Listener, partition: int, what: str) -> None:
+        """Run an application callback; its exception is logged with the partition and counted
+        (``callback_errors``, in /metrics), and never aborts a leave, a release or the pump."""
+        try:
+            cb(partition)
+        except Exception:
+            self.callback_errors += 1
+            _log.exception("%s callback %s raised for partition %d (the node carries on)",
+                           what, getattr(cb, "__qualname__", repr(cb)), partition)

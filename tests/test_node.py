@@ -232,3 +232,28 @@ def test_a_second_process_with_the_same_id_makes_the_node_unready_with_the_reaso
             n.close()
 
     asyncio.run(main())
+
+
+def test_a_raising_ownership_callback_is_isolated_and_the_leave_completes():
+    """Issue 16: an exception in a callback used to abort leave(), so the node was seen dead."""
+
+    async def main():
+        n1 = await Node(config("n1")).start()
+        n2 = await Node(config("n2", join=[n1.member.bound])).start()
+
+        def explode(p):
+            raise RuntimeError(f"application bug on {p}")
+
+        n2.on_ownership(released=explode)
+        await eventually(lambda: agree([n1, n2]) and len(n1.table.members) == 2)
+        held = len(n2.owned_partitions())
+        await n2.leave()  # must not raise
+        assert n2.callback_errors == held > 0
+        await eventually(lambda: any(m.node_id == "n2" and m.status == "left" for m in n1.members()),
+                         what="n2 seen as left, not dead")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(n2)), base_url="http://t") as c:
+            text = (await c.get("/metrics")).text
+        assert f"placement_callback_errors_total {float(held)}" in text
+        await n1.leave()
+
+    asyncio.run(main())
