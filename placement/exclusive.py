@@ -268,9 +268,9 @@ class Ownership:
 
     # ------------------------------------------------------------------ inputs
 
-    def set_view(self, view: Mapping[str, float], suspects: Iterable[str], gone: Mapping[str, str], now: float) -> None:
-        """The live members (alive and suspect, id -> weight, this member included), which of
-        them are suspect, and members seen dead or left since the last call (id -> kind)."""
+    def set_view(self, view: Mapping[str, float], suspects: Iterable[str], now: float) -> None:
+        """The live members (alive and suspect, id -> weight, this member included) and which of
+        them are suspect. Members that drop out of the view (dead or left) are noted as gone."""
         self._now = now
         view = dict(view)
         view.setdefault(self.me, self.view.get(self.me, 0.0))
@@ -279,7 +279,7 @@ class Ownership:
             self._view_changed_at = now
         if any(m != self.me for m in view):
             self.joined = True
-        for m in gone:
+        for m in self.view.keys() - view.keys():
             self.gone.setdefault(m, now)
         for m in view:
             if self.gone.pop(m, None) is not None:
@@ -377,11 +377,6 @@ class Ownership:
         """Leaving, and every partition released and its note acknowledged."""
         return self.leaving and not self.owned and not any(isinstance(o.msg, Note) for o in self._out)
 
-    def state_counts(self) -> dict[str, int]:
-        releasing = sum(1 for o in self.owned.values() if o.releasing)
-        return {"owned": len(self.owned) - releasing, "releasing": releasing, "acquiring": len(self.waiting),
-                "paused": int(self.fenced_reason is not None)}
-
     # ------------------------------------------------------------------ rules
 
     def _update(self) -> None:
@@ -395,12 +390,8 @@ class Ownership:
         if not lease.valid(now):
             self.fenced_reason = "no quorum lease: a majority of the witnesses has not confirmed this member" \
                 if lease.stable else "no stable view yet"
-            if self.owned or self.free:  # the lease ran out under us: ownership ended with it (rule 1)
-                self._drop_all(now, at=lease.valid_until)
-            elif self._owned_this_generation:
-                self._owned_this_generation = False
-                self.counters.lease_losses += 1
-                lease.drop(owned=True)
+            if self.owned or self.free or self._owned_this_generation:
+                self._drop_all(now, at=lease.valid_until)  # ownership ended with the lease (rule 1)
         elif now >= lease.valid_until - self.config.fence_drain_s:
             self.fenced_reason = f"quorum lease ends in {lease.valid_until - now:.2f} s, not renewed"
         else:
@@ -456,9 +447,8 @@ class Ownership:
                 continue  # ours (a release already under way keeps draining: the app was told)
             deadline = min(deadline, self.lease.valid_until)
             if not o.releasing or deadline < o.deadline:
-                o.releasing, o.reason = True, reason
-                o.deadline = min(deadline, o.deadline) if o.deadline else deadline
-                self._actions.append(Release(p, o.deadline, reason, now))
+                o.releasing, o.reason, o.deadline = True, reason, deadline
+                self._actions.append(Release(p, deadline, reason, now))
         if self.table is None:
             return
         for p in list(self.free):
@@ -507,8 +497,7 @@ class Ownership:
             self._passed[p] = lead
             self._send(lead, Note(p, epoch, None))
         else:
-            self._passed[p] = None  # dropped it, and someone may have taken it: no answer
-        # else: a taker may hold it and will hand it on.
+            self._passed[p] = None  # dropped it, and a taker may hold it: it will hand it on
 
     def _answer_query(self, src: str, p: int) -> None:
         """Whom to ask next: the member this one waits for, or the one it passed ``p`` to. A
@@ -592,7 +581,7 @@ class Ownership:
 
     def _ask(self, p: int, w: _Waiting, who: str | None, now: float) -> None:
         """After ``query_after_s`` without progress, ask ``who`` (every 2 s): a ``Redirect``
-        answers whom it waits for, or that nobody holds the partition."""
+        answers whom it waits for or passed the partition to."""
         c = self.config
         if who is None or now - w.since < c.query_after_s or now - w.asked < c.resend_s * 4:
             return
@@ -670,7 +659,7 @@ class Ownership:
         self._out.append(_Outgoing(dst, msg, self._now, once))
 
     def _may_take_back(self, w: _Waiting) -> bool:
-        """Rule 4: may this member take back a partition it dropped itself?"""
+        """Rule 5: may this member take back a partition it dropped itself?"""
         lease = self.lease
         if w.cleared:
             return True

@@ -140,8 +140,6 @@ class SwimNode(Node):
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
         self.own: Ownership | None = None
-        self._suspects: set[str] = set()
-        self._gone: dict[str, str] = {}
         self._view_dirty = False
         self._owned_version = 0
         self._swim_leave_started = False
@@ -176,13 +174,11 @@ class SwimNode(Node):
         # node's composition root does; alone, it would briefly claim every partition. The
         # first node of a cluster (no seeds) owns from the start.
         self.joined = not seeds
-        self._suspects = set()
-        self._gone = {}
         self._owned_version += 1
         self._swim_leave_started = False
         if self.exclusive is not None:
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds)
-            self.own.set_view(self.view, (), {}, now)
+            self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
 
@@ -258,14 +254,6 @@ class SwimNode(Node):
                 m = ev.member
                 if own is not None and m.node_id != self.node_id:
                     self._view_dirty = True
-                    if m.status == "suspect":
-                        self._suspects.add(m.node_id)
-                    else:
-                        self._suspects.discard(m.node_id)
-                    if m.status in ("dead", "left"):
-                        self._gone[m.node_id] = m.status
-                    else:
-                        self._gone.pop(m.node_id, None)
                 view = self.view
                 # Only a change of the live set or a weight is a new view (alive <-> suspect
                 # and incarnation bumps are not), so placement is not recomputed for nothing.
@@ -303,8 +291,8 @@ class SwimNode(Node):
         now = sim.now
         if self._view_dirty:
             self._view_dirty = False
-            gone, self._gone = self._gone, {}
-            own.set_view(self.view, self._suspects, gone, now)
+            suspects = [m.node_id for m in self.core.live_members() if m.status == "suspect"]
+            own.set_view(self.view, suspects, now)
         for action in own.actions():
             if isinstance(action, Release):
                 # The simulated application drains for drain_s, then reports it is done.

@@ -34,13 +34,13 @@ def owned(c: Ownership) -> set[int]:
 def founder_and_joiner(now: float = 0.0) -> tuple[Ownership, Ownership, float]:
     """n1 founds the cluster and owns everything; n2 joins; both views agree and are stable."""
     a = core("n1", now, founder=True)
-    a.set_view({"n1": 1.0}, (), {}, now)
+    a.set_view({"n1": 1.0}, (), now)
     assert owned(a) == set(range(P))
     b = core("n2", now)
     view = {"n1": 1.0, "n2": 1.0}
     now += 0.1
-    a.set_view(view, (), {}, now)
-    b.set_view(view, (), {}, now)
+    a.set_view(view, (), now)
+    b.set_view(view, (), now)
     return a, b, now
 
 
