@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .config import MembershipConfig
 from .core import Swim
@@ -100,6 +100,7 @@ class Member(asyncio.DatagramProtocol):
         self._lag_handle: asyncio.TimerHandle | None = None
         self._subscriptions: set[Subscription] = set()
         self._left = asyncio.Event()
+        self._channels: dict[bytes, Callable[[bytes, Addr], None]] = {}
         self.closed = False
 
     # --- asyncio.DatagramProtocol ---
@@ -108,9 +109,14 @@ class Member(asyncio.DatagramProtocol):
         self._transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple) -> None:
-        if not self.closed:
-            self.core.receive_datagram(data, (addr[0], addr[1]), self._loop.time())
-            self._flush()
+        if self.closed:
+            return
+        handler = self._channels.get(data[:2])
+        if handler is not None:
+            handler(data, (addr[0], addr[1]))
+            return
+        self.core.receive_datagram(data, (addr[0], addr[1]), self._loop.time())
+        self._flush()
 
     def error_received(self, exc: Exception) -> None:
         # e.g. ICMP port unreachable surfacing as ConnectionRefusedError: UDP is lossy anyway.
@@ -140,6 +146,19 @@ class Member(asyncio.DatagramProtocol):
         sub = Subscription(self, max_backlog)
         self._subscriptions.add(sub)
         return sub
+
+    def add_channel(self, magic: bytes, handler: Callable[[bytes, Addr], None]) -> None:
+        """Hand datagrams that start with the two bytes ``magic`` to ``handler`` instead of the
+        core: another protocol (ownership handoffs) shares the gossip port, its firewall rule
+        and its address in the member list. Gossip datagrams start with ``b"SW"``."""
+        if len(magic) != 2 or magic == b"SW":
+            raise ValueError(f"a channel needs two magic bytes other than b'SW', got {magic!r}")
+        self._channels[magic] = handler
+
+    def send_datagram(self, data: bytes, addr: Addr) -> None:
+        """Send one datagram of a channel from the gossip socket (dropped once closed)."""
+        if not self.closed and self._transport is not None:
+            self._transport.sendto(data, addr)
 
     async def update_meta(self, meta: Meta) -> None:
         self.core.update_meta(meta, self._loop.time())

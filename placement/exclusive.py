@@ -221,6 +221,7 @@ class Counters:
     lease_losses: int = 0
     notes_sent: int = 0
     notes_duplicate: int = 0
+    notes_stale: int = 0
     notes_forwarded: int = 0
     redirects: int = 0
     queries: int = 0
@@ -647,6 +648,11 @@ class Ownership:
         key = (src, p, note.epoch)
         if key in self._consumed or p in self.owned:
             self.counters.notes_duplicate += 1  # a resend whose ack was lost, or a duplicate
+            return
+        if note.epoch < self.known_epoch.get(p, 0):
+            # Older than an ownership this member knows of (a replay, or a note overtaken by
+            # later handoffs): acknowledged, never taken.
+            self.counters.notes_stale += 1
             return
         self._consumed.add(key)
         self._owned_this_generation = True  # a note held is ownership under this lease

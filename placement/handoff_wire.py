@@ -2,10 +2,17 @@
 msgpack, strictly checked.
 
 A datagram starts with ``MAGIC`` (membership datagrams start with ``b"SW"``), so one UDP port
-can carry both, then ``[kind, sender, field...]`` with the fields of the message class in
-order. ``decode`` never raises on bad input: it returns ``None`` and the caller counts the
-drop. Not yet authenticated: the simulator carries these datagrams; the node process will seal
-them with the gossip keyring before it sends them (docs/ownership.md, "Not yet").
+can carry both, then ``[cluster, kind, sender, field...]`` with the fields of the message class
+in order. ``decode`` never raises on bad input: it returns ``None`` and the caller counts the
+drop. A datagram of another cluster (name) is dropped.
+
+With a keyring (the gossip keys, ``membership.wire.Keyring``) everything after ``MAGIC`` is
+sealed with AES-GCM, ``MAGIC`` as associated data, exactly as gossip is: a process without the
+key can neither read nor forge a note, lease grant or condemnation, and a sealed datagram sent
+to a member with other keys (or none) is dropped. Replays of a captured datagram are harmless
+to the rules: notes are consumed once per (sender, partition, epoch) and a note older than the
+epoch the receiver knows is refused (``placement.exclusive``); lease replies answer one
+request sequence number only (``placement.quorum_lease``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any, Callable
+
+from typing import Protocol
 
 import msgpack
 
@@ -24,6 +33,17 @@ __all__ = ["MAGIC", "encode", "decode"]
 MAGIC = b"\xc1P"  # 0xc1 is "never used" in msgpack
 
 _U62 = 1 << 62
+
+
+class Keyring(Protocol):
+    """What ``membership.wire.Keyring`` offers (not imported: this codec stays free of the
+    membership package and of ``cryptography``); ``open`` raises on a datagram it rejects."""
+
+    @property
+    def keys(self) -> tuple[bytes, ...]: ...
+    def seal(self, prefix: bytes, plaintext: bytes) -> bytes: ...
+    def open(self, prefix: bytes, body: bytes) -> bytes: ...
+
 
 
 def _uint(limit: int) -> Callable[[Any], bool]:
@@ -61,26 +81,35 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 
-def encode(src: str, msg: Message) -> bytes:
+def encode(src: str, msg: Message, *, cluster: str = "", keyring: Keyring | None = None) -> bytes:
     values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
     if isinstance(msg, (LeaseReq, LeaseReply)):
         values[-1] = list(values[-1])
-    return MAGIC + msgpack.packb([_KIND_OF[type(msg)], src, *values], use_bin_type=True)
+    body = msgpack.packb([cluster, _KIND_OF[type(msg)], src, *values], use_bin_type=True)
+    return MAGIC + (keyring.seal(MAGIC, body) if keyring is not None and keyring.keys else body)
 
 
-def decode(data: bytes) -> tuple[str, Message] | None:
-    """``(sender id, message)``, or ``None`` for anything malformed."""
+def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, Message] | None:
+    """``(sender id, message)``, or ``None`` for anything malformed, unsealed when a keyring
+    is set, sealed with another key, or of another cluster."""
     if not data.startswith(MAGIC):
         return None
+    raw = data[len(MAGIC):]
+    if keyring is not None and keyring.keys:
+        try:
+            raw = keyring.open(MAGIC, raw)
+        except Exception:  # membership.wire.Drop: truncated, or no key opens it
+            return None
     try:
-        body = msgpack.unpackb(data[len(MAGIC):], raw=False, strict_map_key=True, max_bin_len=65536,
+        body = msgpack.unpackb(raw, raw=False, strict_map_key=True, max_bin_len=65536,
                                max_str_len=65536, max_array_len=4096, max_map_len=64)
     except Exception:  # msgpack raises many types on garbage; all mean "drop"
         return None
-    if not isinstance(body, list) or len(body) < 2 or type(body[0]) is not int or body[0] not in _KINDS:
+    if (not isinstance(body, list) or len(body) < 3 or body[0] != cluster or type(body[1]) is not int
+            or body[1] not in _KINDS):
         return None
-    cls, checks = _KINDS[body[0]]
-    src, values = body[1], body[2:]
+    cls, checks = _KINDS[body[1]]
+    src, values = body[2], body[3:]
     if not _id(src) or len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
     if cls is LeaseReq or cls is LeaseReply:

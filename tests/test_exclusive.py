@@ -110,6 +110,23 @@ def test_handoff_messages_round_trip() -> None:
     assert decode(encode("n1", msg)[:-1]) is None
 
 
+def test_handoff_datagrams_are_bound_to_the_cluster_and_sealed_with_its_keys() -> None:
+    from membership.wire import Keyring
+
+    msg = Note(7, 3, {"checkpoint": 9})
+    assert decode(encode("n1", msg, cluster="a"), cluster="a") == ("n1", msg)
+    assert decode(encode("n1", msg, cluster="a"), cluster="b") is None  # another cluster
+    ours, theirs = Keyring([b"k" * 16]), Keyring([b"x" * 16])
+    sealed = encode("n1", msg, cluster="a", keyring=ours)
+    assert b"checkpoint" not in sealed  # not readable on the wire
+    assert decode(sealed, cluster="a", keyring=ours) == ("n1", msg)
+    assert decode(sealed, cluster="a", keyring=theirs) is None  # forged: wrong key
+    assert decode(sealed, cluster="a") is None  # a member without keys cannot read it
+    assert decode(encode("n1", msg, cluster="a"), cluster="a", keyring=ours) is None  # unsealed
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    assert decode(tampered, cluster="a", keyring=ours) is None
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20), st.integers(0, 3)), max_size=8))
 def test_interval_overlap_sweep_matches_a_dense_reference(raw) -> None:
