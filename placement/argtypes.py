@@ -96,6 +96,13 @@ loss_rate = number(0, 1, hi_open=True, name="loss_rate")  # 1 would drop every d
 capacity_factor = number(1, name="capacity_factor")
 
 
+def ownership_mode(text: str) -> str:
+    """``exclusive`` (never two owners) or ``available`` (owns what its own view says)."""
+    if text not in ("exclusive", "available"):
+        raise _bad("exclusive or available", text)
+    return text
+
+
 def weight(text: str) -> float:
     """A member's weight: 0 (member that owns nothing) or 1/65536 .. 1e6 (``weight_units``)."""
     try:

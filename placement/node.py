@@ -5,7 +5,16 @@ member (``membership.aio``), recomputes the ``PlacementTable`` from the live vie
 membership change (incrementally), and tells the embedding application which partitions it
 acquired and released. The HTTP API (``placement.http_api``) and the CLI wrap it.
 
-Ownership rules:
+Ownership has two modes (``NodeConfig.ownership``):
+
+``"exclusive"`` (the default) runs the exclusive-ownership core (``placement.exclusive``, its
+rules and guarantees in docs/ownership.md) through ``placement.node_ownership``: a partition is
+owned only under a quorum lease, moves by handoff (the old owner's ``released`` handler drains,
+may be ``async`` and returns a payload the new owner receives in ``grant(p).payload``), and a
+node cut off from a witness majority stops owning before anyone can take its partitions.
+
+``"available"`` (opt-in, the behaviour before exclusive ownership) owns what the local view's
+table says, at once; during a split or a freeze two nodes can own a partition. Its rules:
 
 * Members that are *alive or suspect* own partitions; dead and left members do not. Suspicion
   alone never moves a partition (that is what sank the lease designs: a slow node lost its
@@ -35,6 +44,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -44,6 +54,8 @@ from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, Membe
 from membership.aio import Member, start_member
 
 from .errors import InvalidConfigError, PlacementError
+from .exclusive import ExclusiveConfig
+from .node_ownership import ExclusiveRunner, Grant, _Hooks
 from .ownership import OwnershipChange, diff, led_by
 from .snapshot import PlacementSnapshot
 from .table import PlacementTable, TableConfig
@@ -83,8 +95,14 @@ class NodeConfig:
     # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).
     rejoin_holddown_s: float = 3.0
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    #: "exclusive" (never two owners; module docstring) or "available" (owns what its own view
+    #: says, at once; two owners possible during splits and freezes).
+    ownership: str = "exclusive"
+    exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
 
     def __post_init__(self) -> None:
+        if self.ownership not in ("exclusive", "available"):
+            raise InvalidConfigError(f"ownership must be 'exclusive' or 'available', got {self.ownership!r}")
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
         if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
             raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
@@ -182,6 +200,9 @@ class Node:
         self._leaving = False
         self._owned_table: PlacementTable | None = None  # what ownership was last published for; None: owns nothing
         self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
+        self._runner: ExclusiveRunner | None = None  # exclusive mode only
+        self._published: set[int] = set()  # exclusive mode: announced acquired, not yet released
+        self._ownership_moved = asyncio.Event()  # replaced on every published ownership change
         self.declared_dead_count = 0
         self.placement_changes = 0
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
@@ -197,7 +218,14 @@ class Node:
             meta=meta, seeds=c.join, incarnation=int(time.time()),
         )
         self._last_view_change = time.monotonic()
+        if c.ownership == "exclusive":
+            self._runner = ExclusiveRunner(
+                c.node_id, c.exclusive, c.table_config, founder=not c.join, member=self._member,
+                cluster=c.cluster, keys=c.membership_config().keys,
+                hooks=_Hooks(self._x_acquired, self._x_releasing, self._x_ended))
         self._recompute()
+        if self._runner is not None:
+            self._runner.set_view(self._member.live_members())
         self._pump = asyncio.create_task(self._pump_events(self._member.subscribe(max_backlog=None)), name=f"node-{c.node_id}")
         return self
 
@@ -212,8 +240,13 @@ class Node:
         if self._member is None or self._leaving:
             return
         self._leaving = True
-        self._publish(diff(self._owned_table, None, self.config.node_id))
-        self._owned_table = None
+        if self._runner is not None:
+            # Hand every partition on first (bounded by the release deadline), then leave.
+            await self._runner.leave(self.config.exclusive.handoff_timeout_s + timeout_s)
+            self._runner.close()
+        else:
+            self._publish(diff(self._owned_table, None, self.config.node_id))
+            self._owned_table = None
         self._check_leaderships()
         await self._member.leave(timeout_s)
         await self._stop()
@@ -222,6 +255,8 @@ class Node:
         """Abrupt stop, as if the process died (others will detect it)."""
         if self._member is not None:
             self._member.close()
+        if self._runner is not None:
+            self._runner.close()
         if self._pump is not None:
             self._pump.cancel()
         self._end_streams()
@@ -273,7 +308,20 @@ class Node:
         """Joined and the view has settled."""
         if self._refused or self._leaving or self._member is None or self.id_conflict:
             return False
+        if self.paused is not None:
+            return False
         return self.joined and time.monotonic() - self._last_view_change >= self.config.settle_s
+
+    @property
+    def paused(self) -> str | None:
+        """Exclusive mode: why this node owns nothing now (no stable view yet, no quorum lease:
+        cut off from a majority of the witnesses), or None."""
+        return None if self._runner is None else self._runner.own.fenced_reason
+
+    @property
+    def leaving(self) -> bool:
+        """A graceful leave has started: this node takes no new work."""
+        return self._leaving
 
     @property
     def refused(self) -> JoinRefusedError | None:
@@ -288,14 +336,42 @@ class Node:
         return self._id_conflict[0]
 
     def owns(self, key: str | bytes) -> bool:
-        """Is this node the leader of the key's partition (and joined, and not leaving)?"""
+        """May this node work on the key's partition now? (Exclusive: it holds it under a
+        valid lease and is not releasing it. Available: it leads it, joined, not leaving.)"""
+        if self._runner is not None:
+            return self.table.partition_of(key) in self._runner.owned_now()
         owners = self.table.lookup(key)
         return self._owning() and bool(owners) and owners[0] == self.node_id
 
     def owned_partitions(self) -> frozenset[int]:
-        """Partitions this node leads, as last published (none before it joined, while held
+        """Partitions this node may work on now (exclusive: held under a valid lease and not
+        being released; available: led as last published - none before it joined, while held
         down after being declared dead, or once it is leaving)."""
+        if self._runner is not None:
+            return self._runner.owned_now()
         return led_by(self._owned_table, self.node_id)
+
+    def releasing_partitions(self) -> frozenset[int]:
+        """Exclusive mode: partitions whose ``released`` handlers are draining them."""
+        return self._runner.releasing() if self._runner is not None else frozenset()
+
+    def grant(self, partition: int) -> Grant | None:
+        """The fencing epoch and handed-over payload of a partition this node owns now (exclusive
+        mode; None otherwise). Pass ``epoch`` to the store with every write."""
+        if self._runner is None or partition not in self._runner.owned_now():
+            return None
+        return self._runner.grants.get(partition)
+
+    def ownership_status(self) -> dict[str, object]:
+        """What the ownership layer is doing (for /v1/ownership, /readyz and the console)."""
+        if self._runner is None:
+            return {"mode": "available", "owned": len(self.owned_partitions())}
+        return {"mode": "exclusive", **self._runner.status()}
+
+    def _leads(self, name: str) -> bool:
+        if self._runner is not None:
+            return self.table.partition_of(name) in self._runner.owned_now()
+        return self._owning() and self.leader(name) == self.node_id
 
     def _owning(self) -> bool:
         return self.joined and not self._leaving and self._holddown is None
@@ -330,15 +406,16 @@ class Node:
 
         If leadership moves away, the body is cancelled and ``LeadershipLost`` is raised.
         """
-        while not self._owning() or self.leader(name) != self.node_id:
-            await self.wait_for_change(self.snapshot.etag, timeout_s=3600)
+        while not self._leads(name):
+            moved = self._ownership_moved
+            await self.wait_for_change(self.snapshot.etag, timeout_s=3600) if self._runner is None else moved.wait()
         task = asyncio.current_task()
         assert task is not None
         lost = False
 
         def check() -> None:
             nonlocal lost
-            if not lost and (not self._owning() or self.leader(name) != self.node_id):
+            if not lost and not self._leads(name):
                 lost = True
                 task.cancel()
 
@@ -369,7 +446,11 @@ class Node:
                 )
                 continue
             if isinstance(event, DeclaredDead):
-                self._declared_dead()
+                if self._runner is not None:
+                    self.declared_dead_count += 1
+                    self._runner.declared_dead()
+                else:
+                    self._declared_dead()
                 continue
             if isinstance(event, IdConflict):
                 message = (f"another process at {event.addr[0]}:{event.addr[1]} uses node id "
@@ -381,6 +462,8 @@ class Node:
                 self._has_peer = True
             self._last_view_change = time.monotonic()
             self._recompute()
+            if self._runner is not None:
+                self._runner.set_view(self.member.live_members())
 
     def _recompute(self) -> None:
         live = self.member.live_members()
@@ -402,7 +485,7 @@ class Node:
 
     def _sync_ownership(self) -> None:
         """Publish what changed since ownership was last published (if this node may own)."""
-        if self._owning():
+        if self._runner is None and self._owning():
             self._publish(diff(self._owned_table, self.table, self.node_id))
             self._owned_table = self.table
 
@@ -425,24 +508,54 @@ class Node:
             for check in list(checks):
                 check()
 
-    def _publish(self, change: OwnershipChange) -> None:
+    def _publish(self, change: OwnershipChange) -> list[object]:
+        """Tell the application; returns what the ``released`` handlers returned (exclusive
+        mode awaits those that are awaitable before it hands the partition on)."""
         if not change:
-            return
+            return []
+        results: list[object] = []
         for p in sorted(change.released):  # release before acquire
             for cb in self._released_cbs:
-                self._call(cb, p, "released")
+                results.append(self._call(cb, p, "released"))
         for p in sorted(change.acquired):
             for cb in self._acquired_cbs:
                 self._call(cb, p, "acquired")
         for stream in self._streams:
             stream.put(change)
+        self._ownership_moved.set()
+        self._ownership_moved = asyncio.Event()
+        return results
 
-    def _call(self, cb: Listener, partition: int, what: str) -> None:
+    def _call(self, cb: Listener, partition: int, what: str) -> object:
         """Run an application callback; its exception is logged with the partition and counted
         (``callback_errors``, in /metrics), and never aborts a leave, a release or the pump."""
         try:
-            cb(partition)
+            return cb(partition)
         except Exception:
             self.callback_errors += 1
             _log.exception("%s callback %s raised for partition %d (the node carries on)",
                            what, getattr(cb, "__qualname__", repr(cb)), partition)
+            return None
+
+    # ----- exclusive mode: what the runner tells the application ------------------------------
+    def _x_acquired(self, grant: Grant) -> None:
+        self._published.add(grant.partition)
+        self._publish(OwnershipChange(frozenset({grant.partition}), frozenset(), self.table.checksum))
+        self._check_leaderships()
+
+    def _x_releasing(self, partition: int, reason: str) -> list[object]:
+        if partition not in self._published:
+            return []
+        self._published.discard(partition)
+        _log.debug("releasing partition %d (%s)", partition, reason)
+        results = self._publish(OwnershipChange(frozenset(), frozenset({partition}), self.table.checksum))
+        self._check_leaderships()
+        return results
+
+    def _x_ended(self, partition: int) -> None:
+        """Ownership ended without a drain (lease lost, declared dead): stop at once. An async
+        handler still runs (its cleanup), but nothing waits for it: the partition may already
+        be someone else's."""
+        for result in self._x_releasing(partition, "ended"):
+            if inspect.isawaitable(result):
+                asyncio.ensure_future(result)

@@ -26,6 +26,7 @@ import httpx
 
 from . import argtypes
 from .errors import InvalidConfigError, PlacementError
+from .exclusive import ExclusiveConfig
 from .node import Node, NodeConfig, read_key_file
 
 
@@ -78,6 +79,11 @@ NODE_FLAGS = (
     _NodeFlag("--cluster", argtypes.non_empty, "placement", "cluster name (default placement)"),
     _NodeFlag("--key-file", argtypes.non_empty, None, "gossip encryption keys, one per line (hex/base64)"),
     _NodeFlag("--admin-token", argtypes.non_empty, None, "token required by POST /v1/leave"),
+    _NodeFlag("--ownership", argtypes.ownership_mode, "exclusive",
+              "exclusive (default: never two owners of a partition) or available (owns what its own view "
+              "says at once; two owners possible during splits and freezes)"),
+    _NodeFlag("--handoff-timeout", argtypes.number(0, 3600, lo_open=True), 5.0,
+              "seconds a released partition may drain before it is handed on anyway (default 5)"),
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -110,6 +116,7 @@ def config_from_args(args: argparse.Namespace,
         http_advertise=v["http_advertise"] or f"http://{http_host}:{http[1]}", join=tuple(v["join"]),
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
+        ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
     )
     return config, http
 

@@ -1,4 +1,8 @@
-"""Nodes on real UDP sockets (in-process): convergence, ownership, leave, leadership, 421 guard."""
+"""Nodes on real UDP sockets (in-process): convergence, ownership, leave, leadership, 421 guard.
+
+These run the opt-in availability-first mode (``ownership="available"``: a node owns what its
+own view says at once), whose rules - join gate, declared-dead hold-down - are tested here; the
+default exclusive mode is tested in tests/test_node_exclusive.py."""
 
 import asyncio
 import time
@@ -18,6 +22,7 @@ P = 512
 
 
 def config(node_id, join=(), **kw):
+    kw.setdefault("ownership", "available")
     return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=tuple(join), partitions=P, replicas=2,
                       settle_s=0.0, membership=FAST, http_advertise=f"http://{node_id}.test", **kw)
 

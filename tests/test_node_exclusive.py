@@ -1,0 +1,229 @@
+"""Exclusive ownership in the real node (in-process nodes on loopback UDP): the same core the
+simulator proves (tests/test_exclusive.py), carried out with the real clock, handoff datagrams
+on the gossip port, and the application's (async) release handlers.
+
+Ownership is accounted as intervals from the handlers' own calls (acquired -> released handler
+finished, or -> the moment ownership ended without a drain), with ``time.monotonic()`` of this
+one process, so overlaps between nodes are exact, not sampled.
+"""
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from membership import MembershipConfig
+from placement.exclusive import ExclusiveConfig
+from placement.http_api import create_app
+from placement.node import Node, NodeConfig
+
+FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
+                        push_pull_min_interval_s=0.5, join_retry_interval_s=0.2)
+# Shorter than the defaults so the suite stays quick; the rules are the same.
+QUICK = ExclusiveConfig(stable_after_s=0.5, lease_s=1.5, renew_s=0.4, fence_drain_s=0.5, handoff_timeout_s=3.0,
+                        resend_s=0.2, tick_s=0.1)
+P = 128
+KEY = b"0123456789abcdef"
+
+
+def config(node_id, join=(), **kw):
+    kw.setdefault("exclusive", QUICK)
+    return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=tuple(join), partitions=P, settle_s=0.0,
+                      membership=FAST, http_advertise=f"http://{node_id}.test", **kw)
+
+
+async def eventually(predicate, timeout_s=15.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Ledger:
+    """Ownership intervals per partition, from the handlers: (start, end, node, epoch)."""
+
+    def __init__(self, drain_s: float = 0.0) -> None:
+        self.drain_s = drain_s
+        self.open: dict[tuple[str, int], tuple[float, int]] = {}
+        self.closed: list[tuple[int, float, float, str, int]] = []
+        self.payloads: list[tuple[str, int, object]] = []
+
+    def attach(self, node: Node) -> None:
+        def acquired(p: int) -> None:
+            grant = node.grant(p)
+            assert grant is not None, "acquired handler runs while the grant is valid"
+            self.payloads.append((node.node_id, p, grant.payload))
+            self.open[(node.node_id, p)] = (time.monotonic(), grant.epoch)
+
+        async def released(p: int):
+            await asyncio.sleep(self.drain_s)  # the application drains in-flight work
+            self._close(node.node_id, p)
+            return {"checkpoint": f"{node.node_id}:{p}"}
+
+        node.on_ownership(acquired=acquired, released=released)
+
+    def _close(self, who: str, p: int) -> None:
+        start, epoch = self.open.pop((who, p), (None, 0))
+        if start is not None:
+            self.closed.append((p, start, time.monotonic(), who, epoch))
+
+    def crash(self, who: str) -> None:
+        for (w, p) in [k for k in self.open if k[0] == who]:
+            self._close(w, p)
+
+    def intervals(self):
+        now = time.monotonic()
+        return self.closed + [(p, s, now, w, e) for (w, p), (s, e) in self.open.items()]
+
+    def overlaps(self):
+        by_p: dict[int, list] = {}
+        for p, s, e, w, ep in self.intervals():
+            by_p.setdefault(p, []).append((s, e, w, ep))
+        bad = []
+        for p, ivs in by_p.items():
+            ivs.sort()
+            for a, b in zip(ivs, ivs[1:]):
+                if b[0] < a[1]:
+                    bad.append((p, a, b))
+        return bad
+
+
+async def start_nodes(ledger: Ledger, n: int, **kw) -> list[Node]:
+    """n1 founds the cluster, the others join it; handlers attached before each start."""
+    nodes: list[Node] = []
+    for i in range(1, n + 1):
+        node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), **kw))
+        ledger.attach(node)
+        nodes.append(await node.start())
+    return nodes
+
+
+def owned_once(nodes) -> bool:
+    owned = [n.owned_partitions() for n in nodes]
+    return sum(map(len, owned)) == P and frozenset().union(*owned) == frozenset(range(P))
+
+
+def test_a_cluster_owns_every_partition_exactly_once_and_hands_off_with_payloads_on_join_and_leave():
+    async def main():
+        ledger = Ledger(drain_s=0.2)
+        first = Node(config("n1"))
+        ledger.attach(first)  # before start: a founder acquires everything as it starts
+        await first.start()
+        await eventually(lambda: len(first.owned_partitions()) == P, what="the founder owns everything")
+        nodes = [first]
+        for i in (2, 3):
+            node = Node(config(f"n{i}", join=[first.member.bound]))
+            ledger.attach(node)
+            nodes.append(await node.start())
+        await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes),
+                         what="every partition owned once, by all three")
+        # Joiners got their partitions by handoff: each carries the checkpoint its previous owner's
+        # released handler returned.
+        handed = [(w, p, pl) for w, p, pl in ledger.payloads if w != "n1"]
+        assert handed
+        for w, p, pl in handed:
+            before = [x for x in ledger.closed if x[0] == p]
+            assert before and pl == {"checkpoint": f"{before[-1][3]}:{p}"}, (w, p, pl)
+        assert all(n.ready for n in nodes)
+        leaver = nodes[2]
+        await leaver.leave()
+        rest = nodes[:2]
+        await eventually(lambda: owned_once(rest), what="the leaver's partitions handed on")
+        assert ledger.overlaps() == []
+        # Epochs rise along each partition's chain of handoffs.
+        by_p: dict[int, list] = {}
+        for p, s, e, w, ep in sorted(ledger.intervals(), key=lambda x: x[1]):
+            by_p.setdefault(p, []).append(ep)
+        assert all(a < b for eps in by_p.values() for a, b in zip(eps, eps[1:]))
+        for n in rest:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_a_killed_owner_is_taken_over_only_after_its_lease_ended():
+    async def main():
+        ledger = Ledger()
+        nodes = await start_nodes(ledger, 3)
+        await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
+        victim = nodes[2]
+        lost = victim.owned_partitions()
+        # Its lease as it stood (asyncio's loop clock is time.monotonic, as the ledger's).
+        lease_end = victim._runner.own.valid_until
+        victim.close()  # as kill -9: nothing released, nobody told
+        killed_at = time.monotonic()
+        ledger.crash("n3")  # its intervals end at the kill (the process is gone)
+        rest = nodes[:2]
+        await eventually(lambda: owned_once(rest), timeout_s=30, what="takeover of the dead node's partitions")
+        took = [s for p, s, e, w, ep in ledger.intervals() if p in lost and w != "n3" and s >= killed_at]
+        assert len(took) == len(lost)
+        # Not before the victim's lease had run out: until then it could still have been working.
+        assert min(took) >= lease_end and ledger.overlaps() == []
+        for n in rest:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_a_node_cut_off_from_the_witnesses_stops_owning_before_the_others_take_over():
+    """Drop every datagram to and from one node (a partition of the network, simulated at the
+    socket): it must fence itself; the majority takes over only after that."""
+
+    async def main():
+        ledger = Ledger()
+        nodes = await start_nodes(ledger, 3)
+        await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
+        cut = nodes[1]
+        member = cut.member
+        member.send_datagram = lambda data, addr: None  # handoff channel silenced
+        transport = member._transport
+        transport.sendto = lambda data, addr=None: None  # gossip silenced
+        member.datagram_received = lambda data, addr: None  # deaf too
+        await eventually(lambda: cut.paused is not None and not cut.owned_partitions(), timeout_s=10,
+                         what="the cut-off node fences itself")
+        rest = [nodes[0], nodes[2]]
+        await eventually(lambda: owned_once(rest), timeout_s=40, what="the majority takes over")
+        assert ledger.overlaps() == [], ledger.overlaps()[:3]
+        cut.close()
+        for n in rest:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_handoff_datagrams_are_sealed_and_foreign_ones_dropped_and_counted():
+    async def main():
+        nodes = await start_nodes(Ledger(), 2, keys=(KEY,))
+        first, second = nodes
+        await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
+        before = first.ownership_status()["dropped"]
+        # Forged: right format, no key. Garbage after the magic. Neither changes ownership.
+        from placement import handoff_wire
+        from placement.exclusive import Note
+
+        owned = first.owned_partitions()
+        for data in (handoff_wire.encode("n2", Note(next(iter(owned)), 99)), b"\xc1P\x00\xff", b"\xc1P"):
+            first.member.datagram_received(data, second.member.bound)
+        assert first.ownership_status()["dropped"] == before + 3
+        assert first.owned_partitions() == owned
+        # The HTTP view of it.
+        transport = httpx.ASGITransport(app=create_app(first))
+        async with httpx.AsyncClient(transport=transport, base_url="http://n1") as http:
+            body = (await http.get("/v1/ownership")).json()
+            metrics = (await http.get("/metrics")).text
+        assert body["mode"] == "exclusive" and body["owned"] == sorted(owned) and body["paused"] is None
+        assert set(body["epochs"]) == {str(p) for p in owned}
+        assert f"placement_handoff_dropped_datagrams_total {before + 3}.0" in metrics
+        for n in nodes:
+            await n.leave()
+
+    asyncio.run(main())
+
+
+def test_bad_ownership_mode_is_a_clear_error():
+    from placement.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="ownership must be"):
+        config("n1", ownership="sometimes")
