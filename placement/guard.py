@@ -8,6 +8,10 @@ Applications that embed a ``Node`` in their FastAPI app add the dependency::
     @app.post("/orders/{key}")
     async def create(key: str = Depends(owned)): ...
 
+A request for a key whose partition this node leads but does not hold yet (exclusive mode: the
+handoff is under way, or ownership is paused) gets ``503`` with ``Retry-After``: nobody may
+serve it now, and it will be this node's shortly.
+
 A misdirected request gets a 421 problem body naming the current owner, with its address in
 ``Location`` and the headers the client library reads (``X-Placement-Owner``,
 ``X-Placement-Checksum``): the client refreshes its snapshot and retries once. This is how
@@ -36,6 +40,19 @@ class Misdirected(HTTPException):
                          headers)
 
 
+class NotYetOwned(HTTPException):
+    """503 + ``Retry-After``: this node leads the key's partition but does not hold it (yet): in
+    exclusive mode it is still being handed over, or ownership is paused (no quorum lease), or
+    the node is leaving. Nobody else may take the request either, so the client waits."""
+
+    def __init__(self, node, key: str) -> None:
+        paused = getattr(node, "paused", None)
+        why = (f"ownership is paused: {paused}" if paused else "this node is leaving" if getattr(node, "leaving", False)
+               else f"partition {node.table.partition_of(key)} is being handed over to this node")
+        super().__init__(503, f"this node leads the key but does not hold it yet ({why}); retry shortly",
+                         {"Retry-After": "1"})
+
+
 def require_ownership(node, param: str = "key") -> Callable[[Request], Awaitable[str]]:
     """A FastAPI dependency returning the request's key if ``node`` leads its partition.
 
@@ -49,6 +66,8 @@ def require_ownership(node, param: str = "key") -> Callable[[Request], Awaitable
         owner = node.table.lookup(key)[0]
         if owner != node.node_id:
             raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, request.url.path)
+        if not node.owns(key):
+            raise NotYetOwned(node, key)
         return key
 
     return dependency

@@ -56,6 +56,11 @@ class NodeLike(Protocol):
     def ready(self) -> bool: ...
     def members(self) -> list[MemberInfo]: ...
     def owned_partitions(self) -> frozenset[int]: ...
+    def releasing_partitions(self) -> frozenset[int]: ...
+    def grant(self, partition: int) -> Any: ...
+    def ownership_status(self) -> dict[str, Any]: ...
+    @property
+    def paused(self) -> str | None: ...
     async def wait_for_change(self, etag: str, timeout_s: float) -> PlacementSnapshot: ...
     async def leave(self, timeout_s: float = 2.0) -> None: ...
 
@@ -131,6 +136,17 @@ class RouteOut(BaseModel):
 class Health(BaseModel):
     status: str = Field(description="ok (healthz), ready (readyz), leaving (leave)")
     node: str = Field(description="this node's id")
+
+
+class OwnershipOut(BaseModel):
+    node: str
+    mode: str = Field(description="exclusive (never two owners) or available (opt-in)")
+    owned: list[int] = Field(description="partitions this node may work on now, ascending")
+    releasing: list[int] = Field(description="partitions being drained before their handoff")
+    waiting: int = Field(description="partitions this node leads but waits to receive (exclusive)")
+    paused: str | None = Field(description="why this node owns nothing now, or null")
+    lease_valid_for_s: float | None = Field(description="seconds the quorum lease still runs (exclusive)")
+    epochs: dict[str, int] = Field(description="partition -> fencing epoch of its current ownership")
 
 
 class Problem(BaseModel):
@@ -215,6 +231,17 @@ class _NodeCollector:
                                   value=self.node.placement_changes)
         yield GaugeMetricFamily("placement_partitions_owned", "Partitions this node leads",
                                 value=len(self.node.owned_partitions()))
+        status = self.node.ownership_status()
+        if status["mode"] == "exclusive":
+            for name, value in sorted(status["counters"].items()):
+                yield CounterMetricFamily(f"placement_ownership_{name}", f"Exclusive ownership counter {name}",
+                                          value=value)
+            yield CounterMetricFamily("placement_handoff_dropped_datagrams", "Handoff datagrams dropped (malformed, "
+                                      "another cluster, not sealed with our keys)", value=status["dropped"])
+            yield GaugeMetricFamily("placement_ownership_lease_valid_seconds", "Seconds the quorum lease still runs",
+                                    value=status["lease_valid_for_s"])
+            yield GaugeMetricFamily("placement_ownership_paused", "1 while this node may own nothing",
+                                    value=1 if status["fenced"] else 0)
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
@@ -351,9 +378,24 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     async def readyz() -> Response:
         if not node.ready:
             refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
-            detail = str(refused) if refused else "not joined yet, or the membership view has not settled"
+            paused = getattr(node, "paused", None)
+            detail = (str(refused) if refused else f"ownership paused: {paused}" if paused
+                      else "not joined yet, or the membership view has not settled")
             return problem(503, "Not ready", detail)
         return Response(json.dumps({"status": "ready", "node": node.node_id}), media_type="application/json")
+
+    @app.get("/v1/ownership", response_model=OwnershipOut)
+    async def ownership() -> dict[str, Any]:
+        """What this node owns now, what it is releasing, and why it is paused (if it is)."""
+        status = node.ownership_status()
+        owned = sorted(node.owned_partitions())
+        grants = {p: node.grant(p) for p in owned}
+        return {
+            "node": node.node_id, "mode": status["mode"], "owned": owned,
+            "releasing": sorted(node.releasing_partitions()), "waiting": status.get("waiting", 0),
+            "paused": node.paused, "lease_valid_for_s": status.get("lease_valid_for_s"),
+            "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
+        }
 
     @app.get("/metrics", response_class=Response, responses={200: {
         "description": "Prometheus text exposition format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}}})

@@ -137,10 +137,12 @@ class Deliverer:
 
     # ----- one batch ---------------------------------------------------------------------
     def _send(self, owner: str, items: list[Item]) -> None:
+        retry_after = 0.0  # what the receiver asked for (503 Retry-After: a handoff under way)
         for attempt in range(self.options.max_attempts):
             if attempt:
                 self.stats.retries += 1
-                self._sleep(min(self.options.backoff_s * 2 ** (attempt - 1), self.options.backoff_max_s))
+                backoff = self.options.backoff_s * 2 ** (attempt - 1)
+                self._sleep(min(max(backoff, retry_after), self.options.backoff_max_s))
                 self._refresh(exclude="")
             items = self._still_owned(owner, items)
             if not items:
@@ -174,6 +176,7 @@ class Deliverer:
                     self._sleep(min(self.options.backoff_s * 2 ** items[0].reroutes, self.options.backoff_max_s))
                 return self._reroute(items)
             error = f"{url}: HTTP {response.status_code}: {response.text[:200]}"
+            retry_after = _seconds(response.headers.get("Retry-After"))
             if response.status_code not in _RETRYABLE_STATUS:
                 break
         for item in items:
@@ -204,3 +207,12 @@ class Deliverer:
         if first is not None:
             self.stats.refreshes += 1
             self.snapshot = first
+
+
+def _seconds(header: str | None) -> float:
+    """A ``Retry-After`` given in seconds (RFC 9110 10.2.3); 0 when absent or an HTTP date."""
+    try:
+        value = float(header) if header else 0.0
+    except ValueError:
+        return 0.0
+    return value if 0 <= value < 3600 else 0.0

@@ -13,6 +13,8 @@ The delivery contract (what any receiving application implements):
 * ``421 Misdirected Request``: the node does not lead some key (or is leaving); it took *none* of
   the batch, so the sender refreshes its snapshot and re-routes the whole batch. All-or-nothing
   keeps the accounting exact: an item is delivered by exactly one 200.
+* ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it yet (a
+  handoff under way, or ownership paused); it took none of the batch; the sender retries later.
 * Receivers are idempotent on ``(job, id)``: a retry after a lost response, or a Spark task
   retried after a failure, re-sends items the receiver already has; it counts them as
   duplicates and does not process them again.
@@ -35,7 +37,7 @@ from fastapi import FastAPI, Response
 from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
-from placement.guard import Misdirected
+from placement.guard import Misdirected, NotYetOwned
 from placement.http_api import create_app
 from placement.node import Node
 
@@ -98,9 +100,11 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
     async def work(batch: WorkBatch, response: Response) -> dict[str, int]:
         checksum = node.table.checksum
         for item in batch.items:
-            if not node.owns(item.key):  # not the leader, or leaving: take none of the batch
+            if not node.owns(item.key):  # not the leader, not yet holding it, or leaving: take none
                 log.misdirected()
                 owner = (node.table.lookup(item.key) or ("",))[0]
+                if owner == node.node_id and not node.leaving:
+                    raise NotYetOwned(node, item.key)
                 raise Misdirected(owner, node.snapshot.address(owner), checksum, WORK_PATH)
         accepted, duplicates = log.accept(batch)
         response.headers[CHECKSUM_HEADER] = checksum
@@ -166,11 +170,18 @@ class LocalSinkCluster:
         await self.converged(n)
 
     async def converged(self, n: int, nodes: list[Node] | None = None, timeout_s: float = 15.0) -> None:
-        """Wait until ``nodes`` (default all) see ``n`` members, agree, and every server listens."""
+        """Wait until ``nodes`` (default all) see ``n`` members, agree, own every partition once
+        (exclusive ownership moves by handoff, a little after the views agree), and every server
+        listens."""
         nodes = nodes or self.nodes
+
+        def owned_once() -> bool:
+            owned = [x.owned_partitions() for x in nodes]
+            return sum(map(len, owned)) == nodes[0].table.partitions == len(frozenset().union(*owned))
+
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not (all(len(x.table.members) == n for x in nodes) and len({x.table.checksum for x in nodes}) == 1
-                   and all(s.started for s in self.servers)):
+                   and owned_once() and all(s.started for s in self.servers)):
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"sink cluster did not converge to {n} members in {timeout_s} s")
             await asyncio.sleep(0.02)
