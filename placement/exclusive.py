@@ -52,8 +52,10 @@ differ by a swapped member, and majorities of two sets can be disjoint). docs/ow
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
-partition rejects a stale writer. Along handoffs the epochs of a partition rise strictly; after
-a crash takeover they rise only if the taker saw an epoch at least as high (docs/ownership.md).
+partition rejects a stale writer. An epoch is used only within a reserve a witness quorum
+confirmed, and a taker learns the dead holder's reserve from the condemnation quorum
+(``QuorumLease.epoch_floor``), so epochs rise along handoffs and across crash takeovers
+(docs/ownership.md says when they may not).
 """
 
 from __future__ import annotations
@@ -536,8 +538,14 @@ class Ownership:
         c = self.config
         lease = self.lease
         restart = self._restart_free(now)  # once: for what the restarted process waits for now
+        if restart:
+            self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(self.me))
+            if not lease.want(self.epoch_clock + len(self.waiting), now):
+                return  # all at once or none: _restart_free ends the restart after the first acquisition
         for p, w in list(self.waiting.items()):
             if p in self.free:
+                if not self._epoch_ready(now):
+                    return
                 epoch, payload, _ = self.free.pop(p)
                 self._acquire(p, epoch, payload, now, how="note")
             elif w.holder == self.me:
@@ -545,6 +553,8 @@ class Ownership:
                 # be the member that took it (measured: 3,067 dual partition-s after a split). Only
                 # the verdict, or a Redirect from the member that waited on us, says nobody did.
                 if self._may_take_back(w):
+                    if not self._epoch_ready(now):
+                        return
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="back")
             elif restart:
                 # A restart that nobody saw leave: its own previous process was the only holder
@@ -557,10 +567,19 @@ class Ownership:
                 lease.condemn(w.holder, now)
                 free = lease.free_at(w.holder)
                 if free is not None and now >= max(free, since + c.takeover_grace_s):
+                    # Above every epoch the holder used (rule 8).
+                    self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(w.holder))
+                    if not self._epoch_ready(now):
+                        return
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="takeover")
         if restart:
             self._restarted = False
             self.lease.forget(self.me)
+
+    def _epoch_ready(self, now: float) -> bool:
+        """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a
+        witness quorum confirmed (rule 8); otherwise a larger one is requested at once."""
+        return self.lease.want(self.epoch_clock + 1, now)
 
     def _restart_free(self, now: float) -> bool:
         """Rule 7: this process restarted a member that was never removed from the stable view

@@ -73,18 +73,16 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
-    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH)),
     5: (LeaseReply, (_EPOCH, _CK, lambda v: type(v) is bool, _EPOCH, _ids)),
     6: (Condemn, (_id, _CK, _EPOCH)),
-    7: (CondemnReply, (_id, _EPOCH, _CK, lambda v: type(v) is bool, _seconds)),
+    7: (CondemnReply, (_id, _EPOCH, _CK, lambda v: type(v) is bool, _seconds, _EPOCH)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 
 def encode(src: str, msg: Message, *, cluster: str = "", keyring: Keyring | None = None) -> bytes:
-    values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
-    if isinstance(msg, (LeaseReq, LeaseReply)):
-        values[-1] = list(values[-1])
+    values = [list(v) if isinstance(v, tuple) else v for v in (getattr(msg, f.name) for f in dataclasses.fields(msg))]
     body = msgpack.packb([cluster, _KIND_OF[type(msg)], src, *values], use_bin_type=True)
     return MAGIC + (keyring.seal(MAGIC, body) if keyring is not None and keyring.keys else body)
 
@@ -112,6 +110,4 @@ def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) ->
     src, values = body[2], body[3:]
     if not _id(src) or len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
-    if cls is LeaseReq or cls is LeaseReply:
-        values[-1] = tuple(values[-1])
-    return src, cls(*values)
+    return src, cls(*(tuple(v) if isinstance(v, list) and check is _ids else v for check, v in zip(checks, values)))

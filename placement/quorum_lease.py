@@ -41,6 +41,20 @@ dropped lease *generation* reports no condemnation: a taker's condemnation quoru
 that quorum, so "none of them" means nobody took anything. Otherwise it waits for the takers'
 notes.
 
+A witness answers for what it may have granted before it (re)started: with no grant to the
+subject since its process started, it reports one at its start, so a witness that crashed and
+came back with an empty memory never shortens a taker's wait.
+
+Fencing epochs. A member's lease requests carry a *reserve*: the highest fencing epoch it may
+use. It uses an epoch only once a quorum granted a request carrying a reserve at least that
+high (``want``; reserves grow in blocks of ``RESERVE_BLOCK``, so this rarely costs a round). A
+witness remembers the highest reserve it granted each member and a condemnation reply carries
+it: the condemnation quorum shares a witness with the quorum that confirmed the reserve, so the
+taker learns a bound on every epoch the dead holder used (``epoch_floor``) and acquires above
+it. Epochs of a partition therefore rise across crash takeovers too, under the same
+one-witness-set assumption as the lease itself; a witness that restarted forgets reserves (its
+"no grant since my start" makes waiting safe, not epochs monotonic).
+
 Known limit: the witness set follows the stable view. Members adopt a new stable view only
 while they hold a lease, and a witness grants only requests made under its own stable view, so
 in a connected cluster the two sides of any grant and any condemnation use one witness set.
@@ -58,7 +72,9 @@ from typing import Union
 __all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage",
            "witnesses_of", "is_quorum", "view_checksum"]
 
-_NEVER = 1e9  # age reported for a member never granted
+#: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
+#: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
+RESERVE_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,7 @@ class LeaseReq:
     stable: int
     cleared: int = 0  # a condemnation (its nonce) the requester has acted on: it dropped everything
     members: tuple[str, ...] = ()  # the requester's stable view, for a witness that has none yet
+    reserve: int = 0  # fencing epochs the requester may use up to (``QuorumLease.reserve``)
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,7 @@ class CondemnReply:
     stable: int
     ok: bool
     age_s: float  # since the witness last granted the subject
+    reserve: int = 0  # highest epoch reserve the witness granted the subject
 
 
 LeaseMessage = Union[LeaseReq, LeaseReply, Condemn, CondemnReply]
@@ -121,6 +139,7 @@ class _Condemning:
     stable_ck: int  # the stable view the holder's lease was granted under (ours when we began)
     witnesses: tuple[str, ...]
     bounds: dict[str, float] = field(default_factory=dict)  # witness -> H's lease over by
+    reserves: dict[str, int] = field(default_factory=dict)  # witness -> H's epoch reserve it granted
 
 
 class QuorumLease:
@@ -149,14 +168,23 @@ class QuorumLease:
         self._heard_condemned: dict[str, int] = {}  # witness -> nonce it refused us with
         self._echo: dict[str, int] = {}  # witness -> nonce to echo (we dropped after hearing it)
         self._teach: set[str] = set()  # witnesses without a stable view: send them ours
+        #: Fencing epochs: requests carry ``reserve``; ``confirmed_reserve`` is the highest
+        #: reserve a witness quorum granted. The owner uses no epoch above it, so a taker that
+        #: condemns this member learns a bound on every epoch it used (``epoch_floor``).
+        self.reserve = RESERVE_BLOCK
+        self.confirmed_reserve = 0
         self._seq = 0
         self._next_round = now
-        self._rounds: dict[int, tuple[float, int, set[str]]] = {}  # seq -> (sent, generation, granted by)
+        self._rounds: dict[int, tuple[float, int, set[str], int]] = {}  # seq -> (sent, generation, granted by, reserve)
         self._view: frozenset[str] = frozenset()
         self._settled = False
         self._healthy: frozenset[str] = frozenset()
         # witness side
         self._condemnations: dict[str, int] = {}  # member -> nonce of its standing condemnation
+        self._reserves: dict[str, int] = {}  # member -> highest epoch reserve granted to it
+        #: This process's start: a grant made by a previous process of this witness id (a
+        #: restart) was made before it, so "no grant since then" is reported as a grant then.
+        self._born = now
         self._nonce_seq = 0
         self._last_grant: dict[str, float] = {}
         self._past: list[int] = []  # stable views this witness held before the current one
@@ -215,12 +243,13 @@ class QuorumLease:
                 targets = tuple(dict.fromkeys((*targets, *sorted(ask))))
             if targets:
                 self._seq += 1
-                self._rounds[self._seq] = (now, self.generation, set())
+                self._rounds[self._seq] = (now, self.generation, set(), self.reserve)
                 for old in [q for q in self._rounds if q < self._seq - 8]:
                     del self._rounds[old]
                 for w in targets:
                     members = self.stable if w in self._teach else ()
-                    self._send(w, LeaseReq(self._seq, self.generation, self.stable_ck, self._echo.get(w, 0), members), now)
+                    self._send(w, LeaseReq(self._seq, self.generation, self.stable_ck, self._echo.get(w, 0), members,
+                                           self.reserve), now)
         for subject, c in self._condemning.items():
             if now >= c.next_send and not self._condemn_done(c):
                 c.next_send = now + self.resend_s
@@ -258,14 +287,26 @@ class QuorumLease:
         rnd = self._rounds.get(r.seq)
         if rnd is None or src not in self.witnesses or not r.granted:
             return
-        sent, gen, granted = rnd
+        sent, gen, granted, reserve = rnd
         granted.add(src)
+        if is_quorum(granted, self.witnesses):
+            self.confirmed_reserve = max(self.confirmed_reserve, reserve)
         if gen == self.generation and is_quorum(granted, self.witnesses):
             if sent + self.lease_s >= self.valid_until:
                 # The latest renewal's quorum: a taker condemns under the witness set that
                 # granted it (the stable view in force), so the two quorums share a witness.
                 self.valid_until = sent + self.lease_s
                 self._last_quorum[gen] = frozenset(granted)
+
+    def want(self, epoch: int, now: float) -> bool:
+        """May the owner use fencing epoch ``epoch``? If the confirmed reserve is below it, a
+        larger reserve is requested at once (the answer turns True after a quorum grants it)."""
+        if epoch <= self.confirmed_reserve:
+            return True
+        if epoch > self.reserve:
+            self.reserve = epoch + RESERVE_BLOCK
+            self._next_round = min(self._next_round, now)
+        return False
 
     def echoing(self) -> bool:
         """Condemnations heard and not yet lifted by the witness that made them."""
@@ -297,6 +338,7 @@ class QuorumLease:
             self.requests_refused += 1
             return LeaseReply(req.seq, self.stable_ck, False, nonce)
         self._last_grant[src] = now
+        self._reserves[src] = max(self._reserves.get(src, 0), req.reserve)
         return LeaseReply(req.seq, self.stable_ck, True, 0)
 
     def on_condemn(self, src: str, c: Condemn, now: float) -> CondemnReply:
@@ -312,8 +354,8 @@ class QuorumLease:
         if s not in self._condemnations:
             self._nonce_seq += 1
             self._condemnations[s] = self._nonce_seq
-        last = self._last_grant.get(s)
-        return CondemnReply(s, c.nonce, self.stable_ck, True, _NEVER if last is None else now - last)
+        last = self._last_grant.get(s, self._born)
+        return CondemnReply(s, c.nonce, self.stable_ck, True, now - last, self._reserves.get(s, 0))
 
     # ------------------------------------------------------------------ taker side
 
@@ -336,6 +378,13 @@ class QuorumLease:
                 return order[i][1]
         return None
 
+    def epoch_floor(self, subject: str) -> int:
+        """The highest epoch reserve the answering witnesses granted ``subject``: once
+        ``free_at`` is proven, their quorum shares a witness with every quorum that confirmed a
+        reserve of the subject, so the subject used no epoch above this (module docstring)."""
+        c = self._condemning.get(subject)
+        return max(c.reserves.values(), default=0) if c is not None else 0
+
     def forget(self, subject: str) -> None:
         self._condemning.pop(subject, None)
 
@@ -344,6 +393,7 @@ class QuorumLease:
         if c is None or r.nonce != c.nonce or not r.ok or src not in c.witnesses:
             return
         c.bounds[src] = now + max(0.0, self.lease_s * self.stretch - r.age_s)
+        c.reserves[src] = r.reserve
 
     def _condemn_done(self, c: _Condemning) -> bool:
         return is_quorum(c.bounds, c.witnesses)

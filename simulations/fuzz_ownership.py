@@ -72,15 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="one seed, with its schedule and the first overlaps")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
-    bad = 0
+    bad = regressed = 0
     for seed in seeds:
         r = run(seed)
         dual = r["dual_owned_partition_s_exact"]
+        if r["epoch_regressions"]:
+            regressed += 1
+            print(f"seed {seed}: {r['epoch_regressions']} epoch regressions", flush=True)
         if dual or args.seed is not None:
             bad += bool(dual)
             print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} schedule {r['schedule']}",
                   flush=True)
-    print(f"{bad} of {len(seeds)} seeds with dual ownership")
+    print(f"{bad} of {len(seeds)} seeds with dual ownership, {regressed} with epoch regressions")
     return 1 if bad else 0
 
 
