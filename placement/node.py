@@ -351,6 +351,18 @@ class Node:
             return self._runner.owned_now()
         return led_by(self._owned_table, self.node_id)
 
+    def may_work(self, partition: int, epoch: int = 0) -> bool:
+        """The check before each unit of work on ``partition`` (exclusive: still held at
+        ``epoch``, draining included, under a quorum lease valid *now* - False the moment it
+        lapses, even if no callback has run yet; available: led by this node)."""
+        if self._runner is not None:
+            return self._runner.holds(partition, epoch)
+        return partition in self.owned_partitions()
+
+    def release_deadline(self, partition: int) -> float | None:
+        """Exclusive mode: ``loop.time()`` by which the drain of ``partition`` must end."""
+        return self._runner.release_deadline(partition) if self._runner is not None else None
+
     def releasing_partitions(self) -> frozenset[int]:
         """Exclusive mode: partitions whose ``released`` handlers are draining them."""
         return self._runner.releasing() if self._runner is not None else frozenset()

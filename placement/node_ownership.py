@@ -142,6 +142,15 @@ class ExclusiveRunner:
             return frozenset()
         return frozenset(p for p, o in own.owned.items() if not o.releasing)
 
+    def holds(self, partition: int, epoch: int) -> bool:
+        """Still owned at ``epoch`` (also while draining), under a lease valid now."""
+        o = self.own.owned.get(partition)
+        return o is not None and o.epoch == epoch and self._loop.time() < self.own.valid_until
+
+    def release_deadline(self, partition: int) -> float | None:
+        o = self.own.owned.get(partition)
+        return o.deadline if o is not None and o.releasing else None
+
     def releasing(self) -> frozenset[int]:
         return frozenset(p for p, o in self.own.owned.items() if o.releasing)
 
