@@ -10,8 +10,11 @@ name; ``Parser`` prints that one line (no usage block) and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -101,6 +104,26 @@ def ownership_mode(text: str) -> str:
     if text not in ("exclusive", "available"):
         raise _bad("exclusive or available", text)
     return text
+
+
+def import_ref(text: str) -> Callable[..., Any]:
+    """``MODULE:ATTR`` (as uvicorn's app argument): the callable it names, imported now so a
+    typo is an error at start, not when the first partition arrives. The current directory is
+    searched too, as uvicorn does for its app."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module, _, attr = text.partition(":")
+    if not module or not attr:
+        raise _bad("MODULE:NAME, e.g. myapp.workers:Processor", text)
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # ImportError, AttributeError, or the module's own error
+        raise argparse.ArgumentTypeError(f"cannot load {text!r}: {type(exc).__name__}: {exc}") from None
+    if not callable(obj):
+        raise argparse.ArgumentTypeError(f"{text!r} is not callable")
+    return obj
 
 
 def weight(text: str) -> float:

@@ -28,6 +28,7 @@ from . import argtypes
 from .errors import InvalidConfigError, PlacementError
 from .exclusive import ExclusiveConfig
 from .node import Node, NodeConfig, read_key_file
+from .workers import PartitionProcessor, PartitionWorkers
 
 
 def _variable(flag: str) -> str:
@@ -84,6 +85,8 @@ NODE_FLAGS = (
               "says at once; two owners possible during splits and freezes)"),
     _NodeFlag("--handoff-timeout", argtypes.number(0, 3600, lo_open=True), 5.0,
               "seconds a released partition may drain before it is handed on anyway (default 5)"),
+    _NodeFlag("--worker", argtypes.import_ref, None,
+              "MODULE:NAME of a PartitionProcessor factory (placement.workers): run one per owned partition"),
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -136,8 +139,9 @@ def _say(node_id: str, text: str) -> None:
     print(f"[{node_id}] {text}", flush=True)
 
 
-async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
-    """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave."""
+async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], PartitionProcessor] | None = None) -> int:
+    """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
+    one processor per owned partition (``placement.workers``)."""
     import uvicorn
 
     from .http_api import create_app
@@ -149,6 +153,7 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
     except OSError as exc:
         sock.close()
         raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
+    workers = PartitionWorkers(node, worker) if worker is not None else None
     done = asyncio.Event()
     app = create_app(node, config.admin_token, on_leave=done.set)
     server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
@@ -174,9 +179,11 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
             break
     if status == 0:
         _say(config.node_id, "leaving: releasing partitions, announcing the leave")
-        await node.leave()
+        await node.leave()  # drains and hands on every partition (the processors' close)
     else:
         node.close()
+    if workers is not None:
+        await workers.close()
     watch.cancel()
     server.should_exit = True
     with contextlib.suppress(asyncio.CancelledError):
@@ -216,13 +223,15 @@ async def _report(node: Node) -> None:
                 seen[m.node_id] = m.status
                 if m.node_id != node.node_id:
                     _say(node.node_id, f"member {m.node_id} is {m.status}")
+        paused = f" - paused: {node.paused}" if node.paused else ""
         _say(node.node_id, f"owns {len(node.owned_partitions())} partitions "
-                           f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}")
+                           f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}{paused}")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
     config, http = config_from_args(args)
-    return asyncio.run(serve(config, http))
+    worker = next(f for f in NODE_FLAGS if f.flag == "--worker").resolve(args.worker, os.environ)
+    return asyncio.run(serve(config, http, worker))
 
 
 def _get(url: str, path: str, **params) -> httpx.Response:
