@@ -35,6 +35,7 @@ from placement.snapshot import PlacementSnapshot
 WORK_PATH = "/v1/work"
 DELIVERED, FAILED = "delivered", "failed"
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_REFRESH_SOURCES = 5  # snapshots compared on a refresh
 
 
 @dataclass
@@ -183,14 +184,19 @@ class Deliverer:
             self._done(item, owner, FAILED, error)
 
     def _refresh(self, exclude: str) -> None:
-        """Fetch a newer snapshot from the seed URLs or any member, never from ``exclude``.
+        """Fetch a newer snapshot from the seed URLs or members, never from ``exclude``.
 
-        A node that just answered 421 may be leaving and still serve its old snapshot, so it
-        is skipped; the first snapshot that differs from ours wins, else the first one seen.
+        A node that just answered 421 may be leaving and still serve its old snapshot, so it is
+        skipped. The snapshot most of the first ``_REFRESH_SOURCES`` answers agree on wins; on a
+        tie, one that differs from ours after a 421 (we were told we are stale), ours otherwise.
+        "The first that differs" was not enough: on a retry (a 503 during a handoff) it could
+        take a leaving node's old snapshot over the one everybody else had moved to, and send
+        items back and forth.
         """
         stale = self.snapshot.checksum
         candidates = dict.fromkeys(self.urls + [a.rstrip("/") for a in self.snapshot.addresses.values() if a])
-        first = None
+        votes: dict[str, int] = defaultdict(int)
+        snaps: dict[str, PlacementSnapshot] = {}
         for url in candidates:
             if url == exclude:
                 continue
@@ -200,13 +206,15 @@ class Deliverer:
                 snap = PlacementSnapshot.from_msgpack(r.content)
             except (httpx.HTTPError, SnapshotError):  # unreachable or broken node: try the next
                 continue
-            first = first or snap
-            if snap.checksum != stale:
-                first = snap
+            snaps.setdefault(snap.checksum, snap)
+            votes[snap.checksum] += 1
+            if sum(votes.values()) >= _REFRESH_SOURCES:
                 break
-        if first is not None:
+        if votes:
+            told_stale = bool(exclude)
+            best = max(votes, key=lambda ck: (votes[ck], (ck != stale) == told_stale))
             self.stats.refreshes += 1
-            self.snapshot = first
+            self.snapshot = snaps[best]
 
 
 def _seconds(header: str | None) -> float:
