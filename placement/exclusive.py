@@ -245,6 +245,9 @@ class Ownership:
         self.suspects: set[str] = set()
         self.gone: dict[str, float] = {}  # dead or left member -> when this member learned it
         self.table: PlacementTable | None = None
+        self._indexed: PlacementTable | None = None
+        self._leaders: tuple[str, ...] = ()
+        self._mine: frozenset[int] = frozenset()
         self.owned: dict[int, _Owned] = {}
         self.waiting: dict[int, _Waiting] = {}
         self.free: dict[int, tuple[int, Any, str]] = {}  # notes held: (epoch, payload, sender)
@@ -294,12 +297,24 @@ class Ownership:
         self._update()
 
     def receive(self, src: str, msg: Message, now: float) -> None:
+        self.receive_many(src, (msg,), now)
+
+    def receive_many(self, src: str, msgs: Iterable[Message], now: float) -> None:
+        """Several messages from ``src`` (one datagram), then the rules run once."""
         self._now = now
-        if isinstance(msg, NoteAck):
+        acked: set[tuple[int, int]] = set()
+        for msg in msgs:
+            if isinstance(msg, NoteAck):
+                acked.add((msg.partition, msg.epoch))
+            else:
+                self._receive(src, msg, now)
+        if acked:  # one pass over what is being resent, however many acks came
             self._out = [o for o in self._out if not (o.dst == src and isinstance(o.msg, (Note, Redirect))
-                                                       and o.msg.partition == msg.partition
-                                                       and o.msg.epoch == msg.epoch)]
-        elif isinstance(msg, Note):
+                                                       and (o.msg.partition, o.msg.epoch) in acked)]
+        self._update()
+
+    def _receive(self, src: str, msg: Message, now: float) -> None:
+        if isinstance(msg, Note):
             if self.lease.valid(now):  # without a lease, do not take it on: the sender resends
                 self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
                 self._on_note(src, msg)
@@ -316,14 +331,18 @@ class Ownership:
             self._answer_query(src, msg.partition)
         else:
             self.lease.receive(src, msg, now)
-        self._update()
 
     def release_done(self, partition: int, now: float, payload: Any = None) -> None:
         """The application finished releasing ``partition`` (drained, checkpointed)."""
+        self.releases_done([(partition, payload)], now)
+
+    def releases_done(self, done: Iterable[tuple[int, Any]], now: float) -> None:
+        """``release_done`` for several partitions, then the rules run once."""
         self._now = now
-        o = self.owned.get(partition)
-        if o is not None and o.releasing:
-            self._end(partition, now, payload, timed_out=False)
+        for partition, payload in done:
+            o = self.owned.get(partition)
+            if o is not None and o.releasing:
+                self._end(partition, now, payload, timed_out=False)
         self._update()
 
     def declared_dead(self, now: float) -> None:
@@ -439,12 +458,13 @@ class Ownership:
         old = self.table
         self.table = self._tables(view) if (view and self.joined) else None
         fenced = self.fenced_reason is not None
+        mine = self._led_by_me()
         for p, o in self.owned.items():
             if self.leaving:
                 reason, deadline = "leaving", now + c.handoff_timeout_s
             elif fenced:
                 reason, deadline = "fenced", self.lease.valid_until
-            elif self._leader(p) != self.me:
+            elif p not in mine:
                 reason, deadline = "moved", now + c.handoff_timeout_s
             else:
                 continue  # ours (a release already under way keeps draining: the app was told)
@@ -463,7 +483,6 @@ class Ownership:
                 self.counters.notes_forwarded += 1
                 self._passed[p] = lead
                 self._send(lead, Note(p, epoch, payload))
-        mine = self._led_by_me()
         for p in list(self.waiting):
             if p not in mine:
                 self._pass_on(p, self.waiting.pop(p))
@@ -524,13 +543,30 @@ class Ownership:
         others = self._placement_view(without_me=True)
         return self._tables(others) if others else None
 
-    def _led_by_me(self) -> set[int]:
-        if self.table is None or self.me not in self.table.members:
-            return set()
-        return set(self.table.owned_by(self.me, leader_only=True))
+    def _led_by_me(self) -> frozenset[int]:
+        self._index_table()
+        return self._mine
 
     def _leader(self, p: int) -> str | None:
-        return self.table.owner(p) if self.table is not None else None
+        if self.table is None:
+            return None
+        self._index_table()
+        return self._leaders[p]
+
+    def _index_table(self) -> None:
+        """Leaders per partition and the set this member leads, once per table: the rules run
+        on every message, and asking the table per partition made a handoff of P partitions
+        cost O(P^2) table lookups (minutes at P=4096)."""
+        table = self.table
+        if table is self._indexed:
+            return
+        self._indexed = table
+        if table is None or not table.members:
+            self._leaders, self._mine = (), frozenset()
+            return
+        ids, idx = table.owner_indices()
+        self._leaders = tuple(ids[i] for i in idx[:, 0].tolist())
+        self._mine = frozenset(p for p, lead in enumerate(self._leaders) if lead == self.me)
 
     def _try_acquire(self, now: float) -> None:
         if self.fenced_reason is not None or self.leaving:

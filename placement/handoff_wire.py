@@ -2,9 +2,9 @@
 msgpack, strictly checked.
 
 A datagram starts with ``MAGIC`` (membership datagrams start with ``b"SW"``), so one UDP port
-can carry both, then ``[cluster, kind, sender, field...]`` with the fields of the message class
-in order. ``decode`` never raises on bad input: it returns ``None`` and the caller counts the
-drop. A datagram of another cluster (name) is dropped.
+can carry both, then ``[cluster, sender, [[kind, field...], ...]]``: one or more messages, each
+with the fields of its class in order. ``decode_many`` never raises on bad input: it returns
+``None`` and the caller counts the drop. A datagram of another cluster (name) is dropped.
 
 With a keyring (the gossip keys, ``membership.wire.Keyring``) everything after ``MAGIC`` is
 sealed with AES-GCM, ``MAGIC`` as associated data, exactly as gossip is: a process without the
@@ -81,15 +81,59 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 
+#: Messages are packed together up to about this many bytes per datagram (below a 1,500-byte
+#: Ethernet MTU with IP, UDP and seal overhead); one larger message goes alone.
+MAX_BODY = 1200
+
+
+def _fields(msg: Message) -> list[Any]:
+    values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
+    return [_KIND_OF[type(msg)], *(list(v) if isinstance(v, tuple) else v for v in values)]
+
+
+def _datagram(body: list[Any], keyring: Keyring | None) -> bytes:
+    raw = msgpack.packb(body, use_bin_type=True)
+    return MAGIC + (keyring.seal(MAGIC, raw) if keyring is not None and keyring.keys else raw)
+
+
+def encode_many(src: str, msgs: list[Message], *, cluster: str = "", keyring: Keyring | None = None,
+                max_body: int = MAX_BODY) -> list[bytes]:
+    """Datagrams carrying ``msgs`` in order, as few as fit ``max_body`` bytes each: a handoff
+    of thousands of partitions to one member is dozens of datagrams, not thousands (one per
+    note overflowed receive buffers and made every receiver run its rules per note)."""
+    out: list[bytes] = []
+    batch: list[list[Any]] = []
+    size = len(cluster) + len(src) + 16
+    for msg in msgs:
+        item = _fields(msg)
+        n = len(msgpack.packb(item, use_bin_type=True))
+        if batch and size + n > max_body:
+            out.append(_datagram([cluster, src, batch], keyring))
+            batch, size = [], len(cluster) + len(src) + 16
+        batch.append(item)
+        size += n
+    if batch:
+        out.append(_datagram([cluster, src, batch], keyring))
+    return out
+
+
 def encode(src: str, msg: Message, *, cluster: str = "", keyring: Keyring | None = None) -> bytes:
-    values = [list(v) if isinstance(v, tuple) else v for v in (getattr(msg, f.name) for f in dataclasses.fields(msg))]
-    body = msgpack.packb([cluster, _KIND_OF[type(msg)], src, *values], use_bin_type=True)
-    return MAGIC + (keyring.seal(MAGIC, body) if keyring is not None and keyring.keys else body)
+    return _datagram([cluster, src, [_fields(msg)]], keyring)
 
 
-def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, Message] | None:
-    """``(sender id, message)``, or ``None`` for anything malformed, unsealed when a keyring
-    is set, sealed with another key, or of another cluster."""
+def _message(item: Any) -> Message | None:
+    if not isinstance(item, list) or not item or type(item[0]) is not int or item[0] not in _KINDS:
+        return None
+    cls, checks = _KINDS[item[0]]
+    values = item[1:]
+    if len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
+        return None
+    return cls(*(tuple(v) if isinstance(v, list) and check is _ids else v for check, v in zip(checks, values)))
+
+
+def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, list[Message]] | None:
+    """``(sender id, messages)``, or ``None`` for anything malformed (any message in it),
+    unsealed when a keyring is set, sealed with another key, or of another cluster."""
     if not data.startswith(MAGIC):
         return None
     raw = data[len(MAGIC):]
@@ -103,11 +147,16 @@ def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) ->
                                max_str_len=65536, max_array_len=4096, max_map_len=64)
     except Exception:  # msgpack raises many types on garbage; all mean "drop"
         return None
-    if (not isinstance(body, list) or len(body) < 3 or body[0] != cluster or type(body[1]) is not int
-            or body[1] not in _KINDS):
+    if (not isinstance(body, list) or len(body) != 3 or body[0] != cluster or not _id(body[1])
+            or not isinstance(body[2], list) or not body[2]):
         return None
-    cls, checks = _KINDS[body[1]]
-    src, values = body[2], body[3:]
-    if not _id(src) or len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
+    msgs = [_message(item) for item in body[2]]
+    if any(m is None for m in msgs):
         return None
-    return src, cls(*(tuple(v) if isinstance(v, list) and check is _ids else v for check, v in zip(checks, values)))
+    return body[1], msgs  # type: ignore[return-value]
+
+
+def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, Message] | None:
+    """A datagram of exactly one message: ``(sender id, message)``, else ``None``."""
+    got = decode_many(data, cluster=cluster, keyring=keyring)
+    return (got[0], got[1][0]) if got is not None and len(got[1]) == 1 else None

@@ -119,12 +119,12 @@ class ExclusiveRunner:
             task.cancel()
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        decoded = handoff_wire.decode(data, cluster=self._cluster, keyring=self._keyring)
+        decoded = handoff_wire.decode_many(data, cluster=self._cluster, keyring=self._keyring)
         if decoded is None:
             self.dropped["malformed"] += 1  # garbage, another cluster, or not sealed with our keys
             return
         if not self.closed:
-            self.own.receive(decoded[0], decoded[1], self._loop.time())
+            self.own.receive_many(decoded[0], decoded[1], self._loop.time())
             self._drive()
 
     def _tick(self) -> None:
@@ -181,26 +181,33 @@ class ExclusiveRunner:
 
     def _drive(self) -> None:
         own, now = self.own, self._loop.time()
-        for action in own.actions():
-            if isinstance(action, Acquired):
-                grant = Grant(action.partition, action.epoch, action.payload, time.time())
-                self.grants[action.partition] = grant
-                self._hooks.acquired(grant)
-            elif isinstance(action, Release):
-                self._start_release(action)
-            elif isinstance(action, Ended):
-                self._ended(action)
-        addresses: dict[str, tuple[str, int]] | None = None
+        while True:
+            done: list[tuple[int, Any]] = []  # released at once (no awaitable handler)
+            for action in own.actions():
+                if isinstance(action, Acquired):
+                    grant = Grant(action.partition, action.epoch, action.payload, time.time())
+                    self.grants[action.partition] = grant
+                    self._hooks.acquired(grant)
+                elif isinstance(action, Release):
+                    self._start_release(action, done)
+                elif isinstance(action, Ended):
+                    self._ended(action)
+            if not done:
+                break
+            own.releases_done(done, now)  # the rules run once for all of them
+        by_dst: dict[str, list[Any]] = {}
         for dst, msg in own.messages(now):
-            if addresses is None:
-                addresses = {m.node_id: m.addr for m in self._member.members()}
-            addr = addresses.get(dst)
-            if addr is None:
-                self.no_address += 1  # not (yet) in our member list: resent while it matters
-                continue
-            self._member.send_datagram(
-                handoff_wire.encode(own.me, msg, cluster=self._cluster, keyring=self._keyring), addr)
-            self.sent += 1
+            by_dst.setdefault(dst, []).append(msg)
+        if by_dst:
+            addresses = {m.node_id: m.addr for m in self._member.members()}
+            for dst, msgs in by_dst.items():
+                addr = addresses.get(dst)
+                if addr is None:
+                    self.no_address += 1  # not (yet) in our member list: resent while it matters
+                    continue
+                for data in handoff_wire.encode_many(own.me, msgs, cluster=self._cluster, keyring=self._keyring):
+                    self._member.send_datagram(data, addr)
+                    self.sent += 1
         if own.left_ready:
             self._left.set()
         due = own.get_timer()
@@ -210,16 +217,14 @@ class ExclusiveRunner:
             self._timer_at = due
             self._timer = self._loop.call_at(due, self._tick)
 
-    def _start_release(self, action: Release) -> None:
+    def _start_release(self, action: Release, done: list[tuple[int, Any]]) -> None:
         p = action.partition
         if p in self._draining:
             return  # already draining (an earlier deadline only shortens what the core waits)
         results = self._hooks.releasing(p, action.reason)
         pending = [r for r in results if inspect.isawaitable(r)]
         if not pending:
-            payload = next((r for r in results if r is not None), None)
-            self.own.release_done(p, self._loop.time(), payload)
-            self._drive()
+            done.append((p, next((r for r in results if r is not None), None)))
             return
         epoch = self.own.owned[p].epoch
         self._draining[p] = asyncio.ensure_future(self._drain(p, epoch, pending))

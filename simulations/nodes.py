@@ -216,9 +216,9 @@ class SwimNode(Node):
         own = self.own
         if own is not None:
             if data[:2] == handoff_wire.MAGIC:
-                decoded = handoff_wire.decode(data)
+                decoded = handoff_wire.decode_many(data)
                 if decoded is not None:
-                    own.receive(decoded[0], decoded[1], self.sim.now)
+                    own.receive_many(decoded[0], decoded[1], self.sim.now)
                 self._flush()
                 return
         self.core.receive_datagram(data, src, self.sim.now)
@@ -235,10 +235,13 @@ class SwimNode(Node):
             self.own.handle_timer(self.sim.now)
         self._flush()
 
-    def _release_done(self, partition: int, epoch: int) -> None:
+    def _releases_done(self, released: list[tuple[int, int]]) -> None:
         own = self.own
-        if own is not None and partition in own.owned and own.owned[partition].epoch == epoch:
-            own.release_done(partition, self.sim.now, payload={"checkpoint": epoch})
+        if own is None:
+            return
+        done = [(p, {"checkpoint": epoch}) for p, epoch in released if p in own.owned and own.owned[p].epoch == epoch]
+        if done:
+            own.releases_done(done, self.sim.now)
             self._flush()
 
     def _flush(self) -> None:
@@ -293,19 +296,24 @@ class SwimNode(Node):
             self._view_dirty = False
             suspects = [m.node_id for m in self.core.live_members() if m.status == "suspect"]
             own.set_view(self.view, suspects, now)
+        released: list[tuple[int, int]] = []
         for action in own.actions():
             if isinstance(action, Release):
-                # The simulated application drains for drain_s, then reports it is done.
-                epoch = own.owned[action.partition].epoch
-                sim.node_at(self, now + self.drain_s, self._release_done, action.partition, epoch)
+                released.append((action.partition, own.owned[action.partition].epoch))
             else:
                 self._owned_version += 1
             if self._on_ownership is not None:
                 self._on_ownership(self, action)
+        if released:  # the simulated application drains for drain_s, then reports it is done
+            sim.node_at(self, now + self.drain_s, self._releases_done, released)
+        by_dst: dict[str, list] = {}
         for dst, msg in own.messages(now):
+            by_dst.setdefault(dst, []).append(msg)
+        for dst, msgs in by_dst.items():
             node = sim.nodes.get(dst)
             if node is not None and node.addr is not None:
-                sim.send(self, handoff_wire.encode(self.node_id, msg), node.addr)
+                for data in handoff_wire.encode_many(self.node_id, msgs):
+                    sim.send(self, data, node.addr)
         if self.leaving and own.left_ready and self.core.status == "alive" and not self.core.leave_broadcast_done:
             if not self._swim_leave_started:
                 self._swim_leave_started = True

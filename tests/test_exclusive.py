@@ -161,7 +161,7 @@ def test_no_partition_is_owned_twice(name: str) -> None:
 #: Seeds whose random schedule still gives two owners: concurrent takeovers by members on two
 #: different stable views (the witness-set change gap of docs/ownership.md). Strict: when the
 #: gap is closed they pass, and this list must be emptied.
-KNOWN_GAP_SEEDS = (36, 72, 73)
+KNOWN_GAP_SEEDS = (36, 45, 54)
 
 
 @pytest.mark.parametrize("seed", [*range(12), *(pytest.param(s, marks=pytest.mark.xfail(
@@ -280,3 +280,16 @@ def test_a_taker_learns_every_fencing_epoch_the_dead_holder_may_have_used() -> N
     pump(0.5, {frozenset("bc")})
     assert nodes["c"].free_at("a") is not None
     assert nodes["c"].epoch_floor("a") >= a.confirmed_reserve
+
+
+def test_a_big_handoff_travels_in_few_datagrams_and_round_trips():
+    from placement.handoff_wire import MAX_BODY, decode_many, encode_many
+    from placement.exclusive import NoteAck
+
+    msgs = [Note(p, 70_000 + p, {"offset": p}) if p % 2 else NoteAck(p, p) for p in range(3000)]
+    datagrams = encode_many("n1", msgs, cluster="c")
+    assert len(datagrams) <= len(msgs) // 40
+    assert all(len(d) <= MAX_BODY + 64 for d in datagrams)
+    back = [m for d in datagrams for m in decode_many(d, cluster="c")[1]]
+    assert back == msgs
+    assert decode_many(datagrams[0], cluster="other") is None
