@@ -1,7 +1,7 @@
 """How long the exclusive-ownership core takes to hand P partitions from a founder to a joiner
 (CPU of the rules and the codec only; no network, simulated clock).
 
-    python -m simulations.bench_handoff --partitions 4096
+    PYTHONPATH=. python benchmarks/bench_handoff.py --partitions 4096
 
 ``batched``: what the node and the simulator do - the messages for one member go out in as few
 datagrams as fit (``handoff_wire.encode_many``) and the rules run once per datagram and once
