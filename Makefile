@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	@command -v javac >/dev/null || { echo "installing a Java 17 JDK for Spark"; \
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless) >/dev/null \
 	  || echo "warning: no JDK installed; Spark tests are skipped without Java, routing uses Python workers without javac"; }
+	@{ command -v ip && command -v iptables; } >/dev/null || { echo "installing iproute2 and iptables for the network-namespace tests"; \
+	  (apt-get update -qq && apt-get install -y -qq iproute2 iptables) >/dev/null \
+	  || echo "warning: no iptables; tests/test_netns_cluster.py is skipped"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
