@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	@command -v javac >/dev/null || { echo "installing a Java 17 JDK for Spark"; \
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless) >/dev/null \
 	  || echo "warning: no JDK installed; Spark tests are skipped without Java, routing uses Python workers without javac"; }
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { echo "installing Chromium for the console's browser test"; \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null \
+	  || echo "warning: no chromium installed; the console's browser test is skipped"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -535,8 +535,7 @@ class Node:
                 self._call(cb, p, "acquired")
         for stream in self._streams:
             stream.put(change)
-        self.events.ownership(self.node_id, len(change.acquired), len(change.released),
-                              len(self.owned_partitions()), time.time())
+        self.events.ownership(self.node_id, len(change.acquired), len(change.released), time.time())
         self._ownership_moved.set()
         self._ownership_moved = asyncio.Event()
         return results

@@ -39,16 +39,16 @@ def test_event_log_numbers_events_and_keeps_the_newest():
 def test_an_ownership_burst_is_one_event_renumbered_as_it_grows():
     log = EventLog()
     log.append("joined", "n2", "", 0.0)
-    log.ownership("n1", 1, 0, 1, now=10.0)
-    log.ownership("n1", 1, 0, 2, now=10.5)
-    last = log.ownership("n1", 0, 1, 1, now=11.0)
+    log.ownership("n1", 1, 0, now=10.0)
+    log.ownership("n1", 1, 0, now=10.5)
+    last = log.ownership("n1", 0, 1, now=11.0)
     assert [e.kind for e in log.after(0)] == ["joined", "ownership"]
-    assert last.seq == 4 and last.detail == "+2 -1 partitions, owns 1"
+    assert last.seq == 4 and last.detail == "+2 -1 partitions"
     assert log.after(2) == [last]  # a reader that saw the burst's first event sees its totals
-    later = log.ownership("n1", 1, 0, 2, now=11.2)  # more than burst_s after the burst began
-    assert later.detail == "+1 -0 partitions, owns 2" and len(log.after(0)) == 3
+    later = log.ownership("n1", 1, 0, now=11.2)  # more than burst_s after the burst began
+    assert later.detail == "+1 -0 partitions" and len(log.after(0)) == 3
     log.append("dead", "n2", "", 11.3)
-    assert log.ownership("n1", 1, 0, 3, now=11.4).detail == "+1 -0 partitions, owns 3"  # a new burst
+    assert log.ownership("n1", 1, 0, now=11.4).detail == "+1 -0 partitions"  # a new burst
 
 
 def test_listeners_hear_appends_and_close():

@@ -68,9 +68,9 @@ class EventLog:
         self._notify()
         return event
 
-    def ownership(self, member: str, acquired: int, released: int, owned: int, now: float,
-                  burst_s: float = 1.0) -> ConsoleEvent:
-        """``member`` acquired and released this many partitions and now owns ``owned``. Within
+    def ownership(self, member: str, acquired: int, released: int, now: float, burst_s: float = 1.0) -> ConsoleEvent:
+        """``member`` acquired and released this many partitions (counts only: the node calls this
+        once per partition in exclusive mode, so it must not cost O(partitions)). Within
         ``burst_s`` of the burst's first change, the burst's event is replaced by one with the
         totals and the next number (readers that saw the old number see the new one)."""
         first_at = now
@@ -81,7 +81,7 @@ class EventLog:
                 self._ring.pop()
                 first_at, acquired, released = b_at, b_acq + acquired, b_rel + released
         self._burst = (first_at, acquired, released)
-        return self.append("ownership", member, f"+{acquired} -{released} partitions, owns {owned}", now)
+        return self.append("ownership", member, f"+{acquired} -{released} partitions", now)
 
     def after(self, seq: int, limit: int | None = None) -> list[ConsoleEvent]:
         """Events with a number above ``seq``, oldest first (at most ``limit``, the newest)."""

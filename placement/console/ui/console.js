@@ -212,7 +212,7 @@ function addEvent(event) {
   list.prepend(li);
   while (list.childElementCount > TIMELINE_MAX) list.lastElementChild.remove();
   if (MEMBER_KINDS.has(event.kind)) applyMemberEvent(event);
-  if (event.kind === "placement") loadMap().catch(report);
+  if (event.kind === "placement") { loadMap().catch(report); loadAgreement().catch(report); }
   if (event.kind === "ownership") loadOwnership().catch(report);
 }
 
