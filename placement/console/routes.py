@@ -10,7 +10,9 @@
 
 Why the node asks its peers for ``/v1/agreement`` instead of the page: the page's origin is
 one node, and a browser may not read other origins without CORS; one fan-out per node also
-serves every open console (answers are kept ``AGREEMENT_TTL_S``).
+serves every open console (answers are kept ``AGREEMENT_TTL_S``), over kept-alive connections
+(one client per node, closed when the node stops): at 256 members a fan-out over new
+connections cost the node about twice the CPU (BENCHMARKS.md, console).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ EVENT_STREAM = "text/event-stream"
 MAX_WAIT_S = 60.0
 MAX_EVENTS = 1000
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
-AGREEMENT_TTL_S = 2.0
+AGREEMENT_TTL_S = 1.0
 AGREEMENT_TIMEOUT_S = 1.0
 AGREEMENT_CONCURRENCY = 64
 ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
@@ -89,7 +91,7 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, An
     """Add the console routes to ``app``; ``problems`` documents the 422 problem response."""
     ui = resources.files(__package__) / "ui"
     map_cache: dict[str, bytes] = {}  # etag -> payload: built once per snapshot
-    fanout: dict[str, Any] = {}  # "at", "task": the latest agreement fan-out
+    fanout: dict[str, Any] = {}  # "at", "task": the latest agreement fan-out; "client": its HTTP client
 
     @contextlib.contextmanager
     def next_append() -> Iterator[asyncio.Event]:
@@ -202,10 +204,20 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, An
             answers[member] = found
             rows.append({"id": member, "http": url, "checksum": found, "error": error})
 
-        async with httpx.AsyncClient(timeout=AGREEMENT_TIMEOUT_S) as client:
-            await asyncio.gather(*(ask(client, m, snap.address(m)) for m in snap.table.members))
+        client = fanout.get("client")
+        if client is None:
+            client = fanout["client"] = httpx.AsyncClient(timeout=AGREEMENT_TIMEOUT_S, limits=httpx.Limits(
+                max_connections=AGREEMENT_CONCURRENCY, max_keepalive_connections=AGREEMENT_CONCURRENCY))
+            node.events.listeners.append(close_client)
+        await asyncio.gather(*(ask(client, m, snap.address(m)) for m in snap.table.members))
         rows.sort(key=lambda r: r["id"])
         return {"node": node.node_id, "checked_at": time.time(), **agreement(answers), "members": rows}
+
+    def close_client() -> None:
+        if node.events.closed and "client" in fanout:
+            node.events.listeners.remove(close_client)
+            with contextlib.suppress(RuntimeError):  # no running loop: the process is ending anyway
+                asyncio.ensure_future(fanout.pop("client").aclose())
 
     @app.get("/v1/agreement", response_model=AgreementOut)
     async def cluster_agreement() -> Response:

@@ -7,7 +7,10 @@
 const $ = (id) => document.getElementById(id);
 const MEMBERS_EVERY_MS = 2000;
 const OWNERSHIP_EVERY_MS = 2000;
-const AGREEMENT_EVERY_MS = 5000;
+// Each refresh makes the node ask every member (a few ms of CPU per member: BENCHMARKS.md), so
+// it is rare, plus once the cluster has had a moment to converge after a placement change.
+const AGREEMENT_EVERY_MS = 30000;
+const AGREEMENT_AFTER_CHANGE_MS = 1500;
 const TIMELINE_MAX = 300;
 const MEMBER_KINDS = new Set(["joined", "updated", "suspect", "alive", "dead", "left"]);
 
@@ -26,6 +29,9 @@ async function getJSON(path) {
   if (!r.ok) throw new Error((body && body.detail) || `${path}: HTTP ${r.status}`);
   return body;
 }
+
+// Wall-clock milliseconds (the same clock as the node's event times), for benchmarks/bench_console.py.
+const wallNow = () => performance.timeOrigin + performance.now();
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -67,6 +73,7 @@ async function loadMap() {
   renderLegend();
   renderMembers(true);
   showPartition(state.selected);
+  state.mapAt = wallNow();  // when this snapshot's map was drawn
 }
 
 function geometry() {
@@ -154,6 +161,7 @@ function renderMembers(force) {
   if (force || rows !== state.membersHtml) {
     state.membersHtml = rows;
     document.querySelector("#members tbody").innerHTML = rows;
+    if (rows) state.membersAt = wallNow();  // when the members table last changed
   }
   $("member-counts").textContent = Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(" · ");
 }
@@ -166,6 +174,7 @@ function applyMemberEvent(event) {
   if (m && status) m.status = status;
   else if (!m) loadMembers().catch(report);
   renderMembers(false);
+  state.memberEventAt = wallNow();  // when the last membership event reached the table
 }
 
 // ----- ownership and agreement ---------------------------------------------------------------
@@ -212,7 +221,11 @@ function addEvent(event) {
   list.prepend(li);
   while (list.childElementCount > TIMELINE_MAX) list.lastElementChild.remove();
   if (MEMBER_KINDS.has(event.kind)) applyMemberEvent(event);
-  if (event.kind === "placement") { loadMap().catch(report); loadAgreement().catch(report); }
+  if (event.kind === "placement") {
+    loadMap().catch(report);
+    clearTimeout(state.agreementTimer);
+    state.agreementTimer = setTimeout(() => loadAgreement().catch(report), AGREEMENT_AFTER_CHANGE_MS);
+  }
   if (event.kind === "ownership") loadOwnership().catch(report);
 }
 
@@ -266,6 +279,7 @@ async function main() {
   $("node").textContent = health.node;
   document.title = `placement ${health.node}`;
   await loadMap().catch(report);
+  await loadMembers().catch(report);  // first paint before the agreement fan-out loads the node
   every(MEMBERS_EVERY_MS, loadMembers);
   every(OWNERSHIP_EVERY_MS, loadOwnership);
   every(AGREEMENT_EVERY_MS, loadAgreement);
