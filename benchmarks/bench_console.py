@@ -114,7 +114,7 @@ def serve(port: int, members: int, partitions: int, fanout: bool) -> None:
         node.kill(member)
         return {"etag": node.snapshot.etag}
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", timeout_graceful_shutdown=5)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -202,7 +202,10 @@ def main() -> None:
         if driver is not None:
             driver.quit()
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
     med = statistics.median
     print(f"\n{args.members} members x {args.partitions:,} partitions x 2 replicas; /v1/map body {size / 1024:,.0f} KiB")

@@ -23,6 +23,33 @@ const state = {
   membersHtml: "",
 };
 
+// At most one run of `load` at a time; calls meanwhile make it run once more afterwards. A burst
+// of events (the backlog an EventSource gets on connecting: 300 events) costs one fetch, not 300.
+function coalesced(load) {
+  let running = null, again = false;
+  const run = () => {
+    if (running) { again = true; return running; }
+    running = load().finally(() => {
+      running = null;
+      if (again) { again = false; run().catch(report); }
+    });
+    return running;
+  };
+  return run;
+}
+
+// The members table is rebuilt at most once per frame, however many events arrive in it.
+let renderPending = false;
+function renderSoon() {
+  if (renderPending) return;
+  renderPending = true;
+  requestAnimationFrame(() => {
+    renderPending = false;
+    renderMembers(false);
+    state.memberEventAt = wallNow();  // when the last membership events reached the table
+  });
+}
+
 async function getJSON(path) {
   const r = await fetch(path, { headers: { Accept: "application/json" } });
   const body = await r.json().catch(() => null);
@@ -53,7 +80,8 @@ function colour(i) {
 const css = ([r, g, b]) => `rgb(${r},${g},${b})`;
 
 // ----- the partition map ----------------------------------------------------------------------
-async function loadMap() {
+const loadMap = coalesced(fetchMap);
+async function fetchMap() {
   const r = await fetch("/v1/map", { headers: state.etag ? { "If-None-Match": state.etag } : {} });
   if (r.status === 304) return;
   if (!r.ok) throw new Error(`/v1/map: HTTP ${r.status}`);
@@ -141,7 +169,8 @@ function renderLegend() {
 }
 
 // ----- members --------------------------------------------------------------------------------
-async function loadMembers() {
+const loadMembers = coalesced(fetchMembers);
+async function fetchMembers() {
   state.members = await getJSON("/v1/members");
   renderMembers(false);
 }
@@ -173,8 +202,7 @@ function applyMemberEvent(event) {
   const status = { joined: "alive", alive: "alive", suspect: "suspect", dead: "dead", left: "left" }[event.kind];
   if (m && status) m.status = status;
   else if (!m) loadMembers().catch(report);
-  renderMembers(false);
-  state.memberEventAt = wallNow();  // when the last membership event reached the table
+  renderSoon();
 }
 
 // ----- ownership and agreement ---------------------------------------------------------------
@@ -189,7 +217,8 @@ function ranges(list) {
   return out.length > 40 ? out.slice(0, 40).join(", ") + ` … (${out.length} ranges)` : out.join(", ");
 }
 
-async function loadOwnership() {
+const loadOwnership = coalesced(fetchOwnership);
+async function fetchOwnership() {
   const o = await getJSON("/v1/ownership");
   const rows = [["mode", o.mode], ["owned", `${o.owned.length}: ${ranges(o.owned)}`],
     ["releasing", `${o.releasing.length}: ${ranges(o.releasing)}`], ["waiting", o.waiting],
