@@ -110,19 +110,19 @@ def _age(seconds: float) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     with httpx.Client(timeout=args.timeout) as client:
         shown = 0
-        while True:
-            status = collect(client, args.url, args.recent)
-            text = json.dumps(status, indent=2) if args.json else render(status)
-            if args.watch is not None and not args.json and sys.stdout.isatty():
-                text = "\x1b[H\x1b[2J" + text  # home + clear: refresh in place
-            print(text, flush=True)
-            shown += 1
-            if args.watch is None or (args.count is not None and shown >= args.count):
-                return 0
-            try:
+        try:
+            while True:
+                status = collect(client, args.url, args.recent)
+                text = json.dumps(status, indent=2) if args.json else render(status)
+                if args.watch is not None and not args.json and sys.stdout.isatty():
+                    text = "\x1b[H\x1b[2J" + text  # home + clear: refresh in place
+                print(text, flush=True)
+                shown += 1
+                if args.watch is None or (args.count is not None and shown >= args.count):
+                    return 0
                 time.sleep(args.watch)  # the refresh period of a terminal display
-            except KeyboardInterrupt:
-                return 0
+        except KeyboardInterrupt:  # Ctrl-C ends --watch (or a slow fetch) quietly
+            return 130 if args.watch is None else 0
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
