@@ -87,6 +87,9 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
     owners = httpx.get(f"{urls[0]}/v1/owners", params={"key": "order-42"}, timeout=10).json()
     expected = f'"order-42" → partition {owners["partition"]} → {", ".join(o["id"] for o in owners["owners"])}'
     poll(lambda: page.find_element("id", "key-result").text == expected, 10, "the key lookup")
+    # ... and the map, decoded from /v1/map in the page, shows that partition's replicas in order.
+    replicas = ", ".join(f'{o["id"]}{" (leader)" if i == 0 else ""}' for i, o in enumerate(owners["owners"]))
+    assert page.find_element("id", "partition-info").text.startswith(f'partition {owners["partition"]}: {replicas}')
 
     procs[2].send_signal(signal.SIGKILL)
 

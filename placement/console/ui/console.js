@@ -220,8 +220,8 @@ function ranges(list) {
 const loadOwnership = coalesced(fetchOwnership);
 async function fetchOwnership() {
   const o = await getJSON("/v1/ownership");
-  const rows = [["mode", o.mode], ["owned", `${o.owned.length}: ${ranges(o.owned)}`],
-    ["releasing", `${o.releasing.length}: ${ranges(o.releasing)}`], ["waiting", o.waiting],
+  const listed = (ps) => (ps.length ? `${ps.length}: ${ranges(ps)}` : "0");
+  const rows = [["mode", o.mode], ["owned", listed(o.owned)], ["releasing", listed(o.releasing)], ["waiting", o.waiting],
     ["paused", o.paused ?? "no"], ["lease", o.lease_valid_for_s == null ? "-" : `${o.lease_valid_for_s.toFixed(2)} s left`]];
   $("ownership").innerHTML = rows.map(([k, v]) => `<dt>${k}</dt><dd>${esc(v)}</dd>`).join("");
 }
