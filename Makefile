@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	@{ command -v ip && command -v iptables; } >/dev/null || { echo "installing iproute2 and iptables for the network-namespace tests"; \
 	  (apt-get update -qq && apt-get install -y -qq iproute2 iptables) >/dev/null \
 	  || echo "warning: no iptables; tests/test_netns_cluster.py is skipped"; }
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { echo "installing Chromium for the console's browser test"; \
+	  (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null \
+	  || echo "warning: no chromium installed; the console's browser test is skipped"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

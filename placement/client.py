@@ -4,7 +4,8 @@
         pc.owner("order-42")            # member id: no HTTP call per key
         pc.owner_url("order-42")        # its base URL
         pc.route(keys)                  # {member: [keys]}
-        pc.request("POST", "order-42", "/orders", json=...)   # to the owner; retried once on 421
+        pc.request("POST", "order-42", "/orders", json=...)   # to the leader; retried once on 421
+        pc.request("GET", "order-42", "/orders/42", idempotent=True)  # any replica; fails over
 
 A background thread (task, for ``AsyncPlacementClient``) long-polls ``GET /v1/placement
 ?after=<etag>&wait=<s>`` so the snapshot follows membership changes within one round trip.
@@ -12,14 +13,24 @@ Node URLs are tried in turn, so one dead node does not stop a client. A request 
 a node that does not own its key gets ``421 Misdirected Request`` (``placement.guard``): the
 client refreshes its snapshot and retries once; so it does when a response carries a
 placement checksum other than the one the request was routed with.
+
+Idempotent requests (``idempotent=True``) are spread over the key's whole replica set, one
+replica after the other (round robin, started at a different replica by every request), and
+fail over to the next replica when one cannot be reached; the rest go to the leader alone, as
+in laminarmq (reads load-balanced over replicas, writes to the leader). A non-idempotent
+request that could not be delivered is not sent elsewhere: the caller cannot know whether the
+leader acted on it. Which node to try next is decided by ``_Routing._attempts``, a generator
+with no I/O; the sync and async clients only carry out what it yields.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -34,6 +45,28 @@ OWNER_HEADER = "X-Placement-Owner"
 
 class NoNodeReachableError(PlacementError):
     """None of the node URLs answered with a placement snapshot."""
+
+
+class NoReplicaReachableError(PlacementError):
+    """An idempotent request reached none of its key's replicas."""
+
+
+@dataclass(frozen=True)
+class _Send:
+    """Send the request to ``url`` (a base URL), tagged with the placement ``checksum`` it was
+    routed with; answer with the response, or the ``httpx.TransportError`` that stopped it."""
+
+    url: str
+    checksum: str
+
+
+class _Refresh:
+    """Fetch the snapshot again, then carry on."""
+
+
+_REFRESH = _Refresh()
+Outcome = httpx.Response | httpx.TransportError | None
+Attempts = Generator[_Send | _Refresh, Outcome, httpx.Response]
 
 
 def _normalise(urls: str | Sequence[str]) -> list[str]:
@@ -89,8 +122,53 @@ class _Routing:
         self._urls.remove(url)
         self._urls.insert(0, url)
 
-    def _with_checksum(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {**kwargs, "headers": {**kwargs.get("headers", {}), CHECKSUM_HEADER: self.checksum}}
+    @staticmethod
+    def _with_checksum(kwargs: dict[str, Any], checksum: str) -> dict[str, Any]:
+        return {**kwargs, "headers": {**kwargs.get("headers", {}), CHECKSUM_HEADER: checksum}}
+
+    # Where the next idempotent request starts in its replica set (shared by the clients of a
+    # process: spreading needs only a start that moves on).
+    _spread = itertools.count()
+
+    def _targets(self, key: str | bytes, idempotent: bool) -> list[str]:
+        """Base URLs to try in turn: the leader alone, or every replica from a rotating start."""
+        owners = self._lookup(key)
+        if not idempotent:
+            owners = owners[:1]
+        elif len(owners) > 1:
+            start = next(self._spread) % len(owners)
+            owners = owners[start:] + owners[:start]
+        return [self._snapshot.address(m) for m in owners]
+
+    def _attempts(self, key: str | bytes, idempotent: bool) -> Attempts:
+        """The decisions of one ``request`` (sans-I/O): yields what to do, is sent what happened.
+
+        A 421 or another placement checksum in the answer means the snapshot is stale: refresh
+        it and start over on the new owners, once. A transport error moves an idempotent
+        request on to the next replica and ends any other request (re-raised)."""
+        refreshed = False
+        while True:
+            errors = []
+            for url in self._targets(key, idempotent):
+                if not url:
+                    errors.append("a replica without an HTTP address")
+                    continue
+                checksum = self.checksum
+                outcome = yield _Send(url, checksum)
+                if isinstance(outcome, httpx.TransportError):
+                    if not idempotent:
+                        raise outcome
+                    errors.append(f"{url}: {type(outcome).__name__}: {outcome}")
+                    continue
+                assert outcome is not None
+                if refreshed or not self._needs_retry(outcome, checksum):
+                    return outcome
+                break
+            else:
+                what = "the replicas" if idempotent else "the leader"
+                raise NoReplicaReachableError(f"no answer from {what} of {key!r}: " + "; ".join(errors))
+            yield _REFRESH
+            refreshed = True
 
 
 _FETCH_ERRORS = (httpx.HTTPError, SnapshotError)
@@ -143,16 +221,25 @@ class PlacementClient(_Routing):
                 if not self._stop.is_set():
                     raise
 
-    def request(self, method: str, key: str | bytes, path: str, **kwargs: Any) -> httpx.Response:
-        """Send a request to the key's owner; refresh and retry once on 421 or a stale checksum."""
-        response = self._send(method, key, path, kwargs)
-        if self._needs_retry(response, self.checksum):
-            self.refresh()
-            response = self._send(method, key, path, kwargs)
-        return response
-
-    def _send(self, method: str, key: str | bytes, path: str, kwargs: dict[str, Any]) -> httpx.Response:
-        return self._http.request(method, f"{self.owner_url(key)}{path}", **self._with_checksum(kwargs))
+    def request(self, method: str, key: str | bytes, path: str, *, idempotent: bool = False,
+                **kwargs: Any) -> httpx.Response:
+        """Send a request for ``key``: to its leader, or (``idempotent``) to any of its replicas,
+        failing over to the next; refresh and retry once on 421 or a stale checksum."""
+        attempts, outcome = self._attempts(key, idempotent), None
+        while True:
+            try:
+                action = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+            if isinstance(action, _Refresh):
+                self.refresh()
+                outcome = None
+                continue
+            try:
+                outcome = self._http.request(method, f"{action.url}{path}",
+                                             **self._with_checksum(kwargs, action.checksum))
+            except httpx.TransportError as exc:
+                outcome = exc
 
     def close(self) -> None:
         self._stop.set()
@@ -207,15 +294,24 @@ class AsyncPlacementClient(_Routing):
             except NoNodeReachableError:
                 await asyncio.sleep(1.0)  # every node down: retry, gently
 
-    async def request(self, method: str, key: str | bytes, path: str, **kwargs: Any) -> httpx.Response:
-        response = await self._send(method, key, path, kwargs)
-        if self._needs_retry(response, self.checksum):
-            await self.refresh()
-            response = await self._send(method, key, path, kwargs)
-        return response
-
-    async def _send(self, method: str, key: str | bytes, path: str, kwargs: dict[str, Any]) -> httpx.Response:
-        return await self._http.request(method, f"{self.owner_url(key)}{path}", **self._with_checksum(kwargs))
+    async def request(self, method: str, key: str | bytes, path: str, *, idempotent: bool = False,
+                      **kwargs: Any) -> httpx.Response:
+        """As ``PlacementClient.request``."""
+        attempts, outcome = self._attempts(key, idempotent), None
+        while True:
+            try:
+                action = attempts.send(outcome)
+            except StopIteration as done:
+                return done.value
+            if isinstance(action, _Refresh):
+                await self.refresh()
+                outcome = None
+                continue
+            try:
+                outcome = await self._http.request(method, f"{action.url}{path}",
+                                                   **self._with_checksum(kwargs, action.checksum))
+            except httpx.TransportError as exc:
+                outcome = exc
 
     async def aclose(self) -> None:
         if self._task is not None:

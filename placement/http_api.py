@@ -33,6 +33,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from membership import MemberInfo
 
+from .console.events import EventLog
+from .console.routes import add_console_routes
 from .snapshot import PlacementSnapshot
 from .table import MAX_REPLICAS
 
@@ -49,6 +51,7 @@ class NodeLike(Protocol):
     node_id: str
     placement_changes: int
     callback_errors: int
+    events: EventLog
 
     @property
     def snapshot(self) -> PlacementSnapshot: ...
@@ -293,11 +296,12 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return problem(422, "Invalid request", detail)
 
-    @app.get("/", response_class=RedirectResponse, status_code=307, response_description="to the API docs page",
-             responses={307: {"headers": {"Location": {"schema": {"type": "string", "const": app.docs_url}}}}})
+    @app.get("/", response_class=RedirectResponse, status_code=307, response_description="to the console page",
+             responses={307: {"headers": {"Location": {"schema": {"type": "string", "const": "/ui"}}}}})
     async def root() -> RedirectResponse:
-        # A web console at /ui will take this place; until then the docs are the front page.
-        return RedirectResponse(app.docs_url, status_code=307)
+        return RedirectResponse("/ui", status_code=307)
+
+    add_console_routes(app, node, _problems(422))
 
     @app.get("/v1/members", response_model=list[MemberOut],
              responses=_msgpack_too({"type": "array", "items": _ref(MemberOut)}))

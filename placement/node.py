@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
 from membership.aio import Member, start_member
 
+from .console.events import EventLog
 from .errors import InvalidConfigError, PlacementError
 from .exclusive import ExclusiveConfig
 from .node_ownership import ExclusiveRunner, Grant, _Hooks
@@ -206,6 +207,7 @@ class Node:
         self.declared_dead_count = 0
         self.placement_changes = 0
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
+        self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> "Node":
@@ -273,6 +275,7 @@ class Node:
             self._holddown.cancel()
         for stream in self._streams:
             stream.close()
+        self.events.close()
 
     # ----- state ------------------------------------------------------------------------
     @property
@@ -456,8 +459,11 @@ class Node:
                     f"cluster at {event.addr[0]}:{event.addr[1]} refused this node: {event.reason} "
                     f"(this node: {self.config.cluster_settings()})"
                 )
+                self.events.append("refused", "", str(self._refused), time.time())
                 continue
             if isinstance(event, DeclaredDead):
+                self.events.append("declared-dead", self.node_id, f"declared dead at incarnation {event.incarnation}; "
+                                   "refuted", time.time())
                 if self._runner is not None:
                     self.declared_dead_count += 1
                     self._runner.declared_dead()
@@ -469,9 +475,14 @@ class Node:
                            f"{self.node_id!r}: give every process its own id (both own its partitions)")
                 _log.error("%s", message)
                 self._id_conflict = (message, time.monotonic())
+                self.events.append("id-conflict", self.node_id, message, time.time())
                 continue
             if isinstance(event, MemberEvent) and event.member.node_id != self.node_id:
                 self._has_peer = True
+            if isinstance(event, MemberEvent):
+                m = event.member
+                self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}",
+                                   time.time())
             self._last_view_change = time.monotonic()
             self._recompute()
             if self._runner is not None:
@@ -490,6 +501,8 @@ class Node:
         self._snapshot = snapshot
         if old is not None and table.checksum != old.checksum:
             self.placement_changes += 1
+            self.events.append("placement", "", f"{len(old.moved(table, leaders=True))} leaderships moved; "
+                               f"{len(weights)} live members; checksum {table.checksum[:12]}", time.time())
         self._sync_ownership()
         self._changed.set()
         self._changed = asyncio.Event()
@@ -534,6 +547,7 @@ class Node:
                 self._call(cb, p, "acquired")
         for stream in self._streams:
             stream.put(change)
+        self.events.ownership(self.node_id, len(change.acquired), len(change.released), time.time())
         self._ownership_moved.set()
         self._ownership_moved = asyncio.Event()
         return results

@@ -167,9 +167,10 @@ def test_live_nodes_serve_the_documents_fuzzed(node_url, leaving_url):
     assert httpx.get(leaving_url + "/openapi.json").json() == LEAVE_API.raw_schema
 
 
-def test_root_redirects_to_the_docs(node_url):
+def test_root_redirects_to_the_console_and_the_docs_stay(node_url):
     r = httpx.get(node_url + "/")
-    assert r.status_code == 307 and r.headers["location"] == "/docs"
+    assert r.status_code == 307 and r.headers["location"] == "/ui"
+    assert "<canvas" in httpx.get(node_url + "/ui").text
     assert "swagger" in httpx.get(node_url + "/docs").text.lower()
 
 

@@ -1,0 +1,131 @@
+"""``placement status``: against a live two-node cluster (uvicorn on loopback, in a thread)."""
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+
+import httpx
+import pytest
+import uvicorn
+from test_node import FAST, eventually
+
+from placement.cli import main
+from placement.console.status import render
+from placement.http_api import create_app
+from placement.node import Node, NodeConfig
+
+
+@contextlib.contextmanager
+def live_cluster(size=2):
+    """``size`` nodes gossiping on loopback, each serving HTTP; yields the URLs."""
+    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(size)]
+    urls = ["http://127.0.0.1:%d" % s.getsockname()[1] for s in socks]
+    up, stop, failure = threading.Event(), threading.Event(), []
+
+    async def run():
+        async with contextlib.AsyncExitStack() as stack:
+            nodes = []
+            for i, url in enumerate(urls):
+                join = (nodes[0].member.bound,) if nodes else ()
+                nodes.append(await stack.enter_async_context(Node(NodeConfig(
+                    f"n{i + 1}", gossip_bind=("127.0.0.1", 0), join=join, partitions=512, replicas=2,
+                    settle_s=0.0, membership=FAST, http_advertise=url, ownership="available"))))
+            await eventually(lambda: all(len(n.table.members) == size for n in nodes), what="a full view")
+            servers = [uvicorn.Server(uvicorn.Config(create_app(n), log_level="warning", lifespan="off"))
+                       for n in nodes]
+            tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, socks)]
+            up.set()
+            await asyncio.to_thread(stop.wait)
+            for s in servers:
+                s.should_exit = True
+            await asyncio.gather(*tasks)
+
+    def thread_main():
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # reported to the test
+            failure.append(exc)
+            up.set()
+
+    thread = threading.Thread(target=thread_main, daemon=True)
+    thread.start()
+    try:
+        assert up.wait(30), "the cluster did not start within 30 s"
+        if failure:
+            raise failure[0]
+        yield urls
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def urls():
+    with live_cluster(2) as urls:
+        yield urls
+
+
+def test_status_table(urls, capsys):
+    assert main(["status", "--url", urls[0]]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"node n1 at {urls[0]}  placement ")
+    assert "members: 2 alive" in out and "512 partitions x 2 replicas" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("n1 ", "n2 "))]
+    assert [r[:2] for r in rows] == [["n1", "alive"], ["n2", "alive"]]
+    assert sum(int(r[4]) for r in rows) == 512 and all(int(r[5]) == 512 for r in rows)  # leads, replica of
+    assert "agreement: all 2 answering members agree on " in out
+    assert "balance: max/mean " in out and "recent changes:" in out and "joined" in out
+
+
+def test_status_json_is_what_the_table_shows(urls, capsys):
+    assert main(["status", "--url", urls[1], "--json", "--recent", "3"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["node"] == "n2" and s["agreement"]["agree"] and s["agreement"]["majority"] == s["checksum"]
+    assert {m["id"]: m["leads"] for m in s["members"]} == {m["id"]: m["leads"] for m in s["members"]}
+    assert sum(m["leads"] for m in s["members"]) == 512 and len(s["recent"]) <= 3
+    assert 0.5 < s["balance"]["max_over_mean"] < 1.5 and s["balance"]["members"] == 2
+    assert render(s).startswith("node n2")
+
+
+def test_watch_refreshes(urls, capsys):
+    assert main(["status", "--url", urls[0], "--watch", "0.1", "--count", "2"]) == 0
+    assert capsys.readouterr().out.count("node n1 at") == 2
+
+
+def test_unreachable_node_and_bad_flags_are_clear_errors(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens on it once closed
+    assert main(["status", "--url", f"http://127.0.0.1:{port}"]) == 2
+    assert f"placement status: error: cannot reach http://127.0.0.1:{port}" in capsys.readouterr().err
+    for bad in (["--url", "ftp://x"], ["--watch", "0"], ["--count", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["status", *bad])
+        assert exit_.value.code == 2
+
+
+def test_a_server_that_is_no_placement_node_is_a_clear_error(capsys, monkeypatch):
+    def not_a_node(request):
+        return httpx.Response(200, json={"hello": "world"})
+
+    real_client = httpx.Client
+    monkeypatch.setattr(httpx, "Client", lambda **kw: real_client(transport=httpx.MockTransport(not_a_node), **kw))
+    assert main(["status", "--url", "http://elsewhere.test"]) == 2
+    assert "not a placement snapshot" in capsys.readouterr().err
+
+
+def test_render_flags_disagreement_and_unreachable_members():
+    s = {"node": "n1", "url": "http://n1", "checksum": "a" * 32, "partitions": 8, "replicas": 1,
+         "members": [{"id": "n1", "status": "alive", "incarnation": 5, "weight": 1.0, "leads": 8, "replica_of": 8,
+                      "http": "http://n1"}],
+         "agreement": {"agree": False, "majority": "a" * 32, "checksums": {"a" * 32: 2, "b" * 32: 1},
+                       "disagree": ["n3"], "unreachable": ["n4"],
+                       "members": [{"id": "n4", "checksum": None, "error": "ConnectError"}]
+                       + [{"id": f"n{i}", "checksum": "a" * 32, "error": None} for i in (1, 2, 3)]},
+         "balance": {"members": 0}, "recent": [{"at": 100.0, "kind": "dead", "member": "n5", "detail": "x"}]}
+    out = render(s, now=130.0)
+    assert "agreement: DISAGREE - 2 checksums among 3 answering members" in out and "others: n3" in out
+    assert "n4 did not answer: ConnectError" in out and "no member has a positive weight" in out
+    assert "30 s ago  dead" in out
