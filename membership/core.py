@@ -82,8 +82,10 @@ view cannot kill a live member outright (memberlist#312). A ping from a member w
 (its arrival's gossip ran out of retransmits before reaching us) also starts a push-pull with
 it, at most one per probe interval; a joiner gossips its own ``Alive`` as well as its seed.
 
-Join, leave, partitions. ``join(seeds)`` push-pulls with each seed (and retries while we know
-no one). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
+Join, leave, partitions. ``join(seeds)`` push-pulls with each seed and retries while we know
+no one, with exponential backoff, reporting each failed attempt (``JoinAttempt``: the seeds and
+what came back from them). A seed whose cluster name or settings differ answers ``Refuse``; the
+refusal stops only a member that never had a live peer (``_mismatch``). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
 ``leave_broadcast_done``. Every ``dead_retry_interval_s`` one random dead member's address gets
 a ping; if it answers, a push-pull follows, so clusters split by a network partition merge
 after it heals.
@@ -107,7 +109,8 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
     ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, IdConflict,
-    JoinRefused, MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    JoinAttempt, JoinRefused, MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse,
+    RefusedPeer, Suspect,
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
@@ -122,6 +125,13 @@ _PUSH_PULL_REPLY_GUARD_S = 1.0
 # address means another live process has our id (see _foreign_claim).
 _ID_CONFLICT_BUMPS = 3
 _ID_CONFLICT_WINDOW_S = 60.0
+# What a joiner tells the operator about datagrams from a seed it had to drop (JoinAttempt).
+_JOIN_DROP_HINTS = {
+    "decrypt_failed": "its datagrams do not decrypt with our keys (different gossip keys?)",
+    "unexpected_encrypted": "it encrypts gossip and we have no keys",
+    "unencrypted": "it does not encrypt gossip and we do",
+    "unknown_version": "it speaks another gossip protocol version",
+}
 
 
 _T = TypeVar("_T")
@@ -249,6 +259,9 @@ class Swim:
         self._outbox: list[tuple[bytes, Addr]] = []
         self._events: deque[Event] = deque()
         self._seeds: list[Addr] = []
+        self._had_peer = False  # ever had a live peer: refusals no longer stop us (JoinRefused)
+        self._join_attempts = 0  # failed attempts since we last had a live peer (backoff)
+        self._join_heard: dict[Addr, str] = {}  # seed address -> why we dropped what it sent
         self._leaving = False
         # Random phase (memberlist staggers its tickers too): members started together must not
         # probe in lock-step.
@@ -328,13 +341,18 @@ class Swim:
     # ------------------------------------------------------------------ public API: driving
 
     def join(self, seeds: Iterable[Addr], now: float) -> None:
-        """Contact seed addresses (push-pull); retried every join_retry_interval_s while alone."""
-        self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
+        """Contact seed addresses (push-pull); retried with backoff while we know no one."""
+        self.set_seeds(seeds)
         # We gossip our own Alive too (memberlist's setAlive does): otherwise only the seed
         # spreads our arrival, and in a small cluster its few retransmits can all miss a member,
         # which then learns of us only from anti-entropy.
         self._broadcast(self._state_message(self._self))
         self._join_seeds(now)
+
+    def set_seeds(self, seeds: Iterable[Addr]) -> None:
+        """Replace the seed addresses the next join attempts go to (a driver that finds seeds by
+        DNS re-resolves after each ``JoinAttempt``). Our own address is left out."""
+        self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
 
     def leave(self, now: float) -> None:
         """Announce a graceful leave; probing stops, the announcement keeps being gossiped."""
@@ -370,12 +388,11 @@ class Swim:
             env = self._codec.open(data)
         except Drop as drop:
             self._drop(drop.reason)
+            if self._next_join_at is not None and drop.reason in _JOIN_DROP_HINTS:
+                self._join_heard[addr] = _JOIN_DROP_HINTS[drop.reason]
             return
-        if env.cluster != self.config.cluster_name:
-            self._drop("wrong_cluster")
-            return
-        if env.settings != self.config.cluster_settings:
-            self._settings_mismatch(env, addr, now)
+        if env.cluster != self.config.cluster_name or env.settings != self.config.cluster_settings:
+            self._mismatch(env, addr, now)
             return
         if env.sender == self.node_id:
             self._drop("from_self")
@@ -470,16 +487,32 @@ class Swim:
         self._stats["dropped"] += 1
         self._stats["dropped_" + reason] += 1
 
-    def _settings_mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
-        self._drop("settings_mismatch")
+    def _mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
+        """A datagram from another cluster, or from a member with other cluster settings.
+
+        Only a newcomer is refused: we answer a join (a push-pull asking for a reply) with
+        ``Refuse`` naming both sides' values, and report ``RefusedPeer``; a ``Refuse`` stops us
+        (``JoinRefused``) only while we never had a live peer. Deciding by who asked and who
+        already belongs keeps a healthy member running when a misconfigured process contacts
+        it, and equally when its own join retries reach a seed address where such a process now
+        runs (issue 16: both used to stop)."""
+        name_differs = env.cluster != self.config.cluster_name
+        self._drop("wrong_cluster" if name_differs else "settings_mismatch")
         for msg in env.messages:
             if isinstance(msg, Refuse):
-                self._events.append(JoinRefused(addr, msg.reason, now))
+                if self._had_peer or self._leaving:
+                    self._stats["refusals_ignored"] += 1
+                else:
+                    self._events.append(JoinRefused(addr, msg.reason, now))
             elif isinstance(msg, PushPull) and msg.reply and self._may_reply_push_pull(addr, msg.sync_id, now):
-                reason = (f"cluster settings differ: member {self.node_id!r} has "
-                          f"{self.config.cluster_settings!r}, {env.sender!r} has {env.settings!r}; "
-                          "start it with the cluster's settings")[:512]  # wire limit for texts
-                self._events.append(JoinRefused(addr, reason, now))
+                if name_differs:
+                    what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
+                else:
+                    what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
+                reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
+                          "start it with the cluster's values")[:512]  # wire limit for texts
+                self._stats["joins_refused"] += 1
+                self._events.append(RefusedPeer(addr, env.sender, reason, now))
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
@@ -806,6 +839,7 @@ class Swim:
         self._checksum = checksum & 0xFFFFFFFF
 
     def _index_live(self, node_id: str) -> None:
+        self._had_peer = True
         self._live_pos[node_id] = len(self._live_peers)
         self._live_peers.append(node_id)
         insort(self._ring, _ring_key(node_id))
@@ -976,13 +1010,26 @@ class Swim:
         return True
 
     def _join_seeds(self, now: float) -> None:
+        if self._live_peers or self._leaving:
+            self._join_attempts = 0
         if not self._seeds or self._live_peers or self._leaving:
             self._next_join_at = None
             return
+        config = self.config
+        if self._next_join_at is not None:  # a retry: the previous attempt got no member
+            self._join_attempts += 1
+            wait = min(config.join_retry_max_interval_s,
+                       config.join_retry_interval_s * 2 ** min(self._join_attempts, 32))
+            heard = "; ".join(f"{h}:{p}: {why}" for (h, p), why in sorted(self._join_heard.items()))
+            self._join_heard.clear()
+            self._events.append(JoinAttempt(self._join_attempts, tuple(self._seeds), heard or "no answer",
+                                            now + wait, now))
+        else:
+            wait = config.join_retry_interval_s
         for seed in self._seeds:
             self._stats["join_attempts"] += 1
             self._send_state(seed, reply=True, now=now)
-        self._next_join_at = now + self.config.join_retry_interval_s
+        self._next_join_at = now + wait
 
     def _retry_dead_and_reclaim(self, now: float) -> None:
         self._next_dead_retry_at = now + self.config.dead_retry_interval_s
