@@ -99,7 +99,7 @@ class MembershipConfig:
     #: then twice as long after each failed attempt, up to join_retry_max_interval_s (a seed
     #: that is down for long is not flooded; memberlist leaves retries to the application).
     join_retry_interval_s: float = 2.0
-    join_retry_max_interval_s: float = 30.0
+    join_retry_max_interval_s: float = 10.0
     #: Every this often one random dead (not left) member's address is pinged; if it answers, a
     #: push-pull follows, so a cluster split by a network partition merges again after it heals
     #: (Ringpop's healer; Serf retries every 30 s).

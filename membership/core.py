@@ -395,7 +395,7 @@ class Swim:
             self._mismatch(env, addr, now)
             return
         if env.sender == self.node_id:
-            self._drop("from_self")
+            self._from_our_id(env, addr, now)
             return
         if not self._replay.check_and_record(env.sender, env.epoch, env.seq):
             self._drop("replayed")
@@ -767,15 +767,40 @@ class Swim:
         """A record of us at another address made us raise our incarnation. Once is a restart
         (the cluster still held our old address); again and again within a minute is another
         live process with our id, raising its incarnation over ours each time (memberlist
-        logs such conflicts; we report them as an event, at most one a minute)."""
+        logs such conflicts; we report them as an event, at most one a minute).
+
+        That takes several rounds of gossip (tens of seconds when retransmits run out), so we
+        also ask the address directly: a ping from us, naming us as its target. Our old
+        process is gone and answers nothing; a process with another id ignores a ping for
+        someone else; a live twin receives a datagram from its own id with an epoch not its
+        own, and reports the conflict at once (``_from_our_id``). Each side of a twin gets a
+        claim from the other's refutation, so both report within a round trip or two."""
         claims = self._foreign_claims
         claims.append(now)
         while claims and claims[0] < now - _ID_CONFLICT_WINDOW_S:
             claims.popleft()
-        if len(claims) >= _ID_CONFLICT_BUMPS and now - self._id_conflict_at >= _ID_CONFLICT_WINDOW_S:
-            self._id_conflict_at = now
-            self._stats["id_conflicts"] += 1
-            self._events.append(IdConflict(addr, len(claims), now))
+        if len(claims) >= _ID_CONFLICT_BUMPS:
+            self._report_id_conflict(addr, now)
+        if not self._leaving:
+            self._send(addr, [self._codec.encode_message(Ping(self._next_seq(), self.node_id))], piggyback=False)
+
+    def _from_our_id(self, env: Envelope, addr: Addr, now: float) -> None:
+        """A datagram that names us as its sender: our own, looped back, or - with an epoch
+        that is not ours, from another address - another live process with our id."""
+        self._drop("from_self")
+        if env.epoch != self._codec.epoch and addr != self.advertise and self._report_id_conflict(addr, now) \
+                and not self._leaving:
+            # Tell the twin the same way, in case its claim has not reached it (once a minute,
+            # like the report, so two twins do not ping each other in a loop).
+            self._send(addr, [self._codec.encode_message(Ping(self._next_seq(), self.node_id))], piggyback=False)
+
+    def _report_id_conflict(self, addr: Addr, now: float) -> bool:
+        if now - self._id_conflict_at < _ID_CONFLICT_WINDOW_S:
+            return False
+        self._id_conflict_at = now
+        self._stats["id_conflicts"] += 1
+        self._events.append(IdConflict(addr, len(self._foreign_claims), now))
+        return True
 
     def _refute(self, accused_incarnation: int) -> None:
         if self._leaving:

@@ -217,9 +217,10 @@ class DeclaredDead:
 
 @dataclass(frozen=True)
 class IdConflict:
-    """Another live process at ``addr`` uses this member's node id: both keep raising their
-    incarnation over each other's (seen ``bumps`` times within a minute). A restart leaves one
-    such bump at most; a duplicate id is a configuration error the core cannot resolve."""
+    """Another live process at ``addr`` uses this member's node id: it sent us a datagram as
+    that id, or both keep raising their incarnation over each other's (``bumps`` times within a
+    minute so far). A restart leaves one such bump at most and sends nothing; a duplicate id is
+    a configuration error the core cannot resolve."""
 
     addr: Addr
     bumps: int

@@ -399,6 +399,45 @@ def test_another_live_process_with_our_id_is_reported_but_a_restart_is_not():
     assert not [e for e in core.events() if isinstance(e, IdConflict)]
 
 
+def test_a_twin_is_reported_on_both_sides_after_one_claim_each():
+    """Issue 16: a second process with an existing id went unnoticed for a long time (three
+    incarnation bumps each, carried by gossip). Each side now pings the address that claims
+    its id; the twin receives a datagram from its own id with a foreign epoch."""
+    config = MembershipConfig()
+    a_addr, b_addr = ("10.0.0.1", 1), ("10.0.0.2", 2)
+    a = Swim(config, "me", a_addr, rng=random.Random(1), now=0.0)
+    b = Swim(config, "me", b_addr, rng=random.Random(2), now=0.0, incarnation=5)
+
+    def claim(core, addr, inc, seq):
+        core.receive_datagram(forge(config, "x", [Alive("me", inc, addr, Meta())], seq=seq), ("10.0.0.3", 3), 1.0)
+        return [d for d, to in core.datagrams_to_send() if to == addr]
+
+    for d in claim(a, b_addr, 5, 1):  # the cluster holds b's record: a refutes and asks b
+        b.receive_datagram(d, a_addr, 1.1)
+    (conflict,) = [e for e in b.events() if isinstance(e, IdConflict)]
+    assert conflict.addr == a_addr and b.stats["dropped_from_self"] >= 1
+    answers = [d for d, to in b.datagrams_to_send() if to == a_addr]  # b tells a the same way
+    assert len(answers) == 1
+    a.receive_datagram(answers[0], b_addr, 1.2)
+    (conflict,) = [e for e in a.events() if isinstance(e, IdConflict)]
+    assert conflict.addr == b_addr
+    for d in [d for d, to in a.datagrams_to_send() if to == b_addr]:  # a's answer: b reported already
+        b.receive_datagram(d, a_addr, 1.3)
+    assert not [e for e in b.events() if isinstance(e, IdConflict)]
+    assert not [d for d, to in b.datagrams_to_send() if to == a_addr]  # no ping-pong between twins
+
+
+def test_a_restart_at_a_new_address_is_no_twin():
+    """The claim's ping goes to the old address: nobody, or a process with another id, is there."""
+    net = build_cluster(3, seed=25)
+    net.crash("n2")
+    net.add("n2", seeds=["n0"], addr=("10.0.0.1", 7999))  # the cluster holds n2 at 0 elsewhere
+    assert net.run_until_true(net.converged, 15.0)
+    net.run_for(5.0)
+    assert net.nodes["n2"].core.incarnation >= 1  # it refuted its old record (a claim)
+    assert not any(isinstance(e, IdConflict) for n in net.nodes.values() for e in n.events)
+
+
 def test_idle_converged_cluster_sends_no_full_state():
     net = build_cluster(8, seed=15)
     net.run_for(15.0)  # let join gossip settle
