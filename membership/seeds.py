@@ -1,0 +1,79 @@
+"""Seeds found by DNS: ``dns:NAME[:PORT]`` resolved to every A/AAAA record, again before each retry.
+
+Why. In Kubernetes (a headless Service) or behind any DNS name that lists the current members,
+the seed addresses change as pods come and go: the addresses resolved when a node started may
+all be gone by its second join attempt. So the driver resolves the names again after each
+failed attempt (the core reports one as a ``JoinAttempt`` event) and hands the core the fresh
+list (``Swim.set_seeds``); the core itself does no I/O. Hashicorp's go-discover and Consul's
+``retry_join`` work the same way: resolve on every retry, not once.
+
+This is I/O (``getaddrinfo`` through the event loop's thread pool, so a slow DNS server does not
+stall gossip); the resolver is injectable so tests use a stub. Only addresses of the gossip
+socket's family are kept: an IPv4 socket cannot send to an AAAA record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .messages import Addr
+
+__all__ = ["DnsSeed", "Resolver", "SeedFinder", "system_resolver"]
+
+_log = logging.getLogger("membership.seeds")
+
+#: ``resolver(name, port)`` -> every (host, port) the name stands for; raises OSError on failure.
+Resolver = Callable[[str, int], Awaitable[Sequence[Addr]]]
+
+
+@dataclass(frozen=True)
+class DnsSeed:
+    """A seed given as a DNS name: all its A/AAAA records, at ``port``."""
+
+    name: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"dns:{self.name}:{self.port}"
+
+
+async def system_resolver(name: str, port: int) -> list[Addr]:
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_DGRAM)
+    return [(info[4][0], int(info[4][1])) for info in infos]
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+class SeedFinder:
+    """The seed addresses of one member: fixed ``HOST:PORT`` seeds plus what the ``DnsSeed``
+    names resolve to now. ``family`` is the gossip socket's address family."""
+
+    def __init__(self, seeds: Iterable[Addr | DnsSeed], family: int, resolver: Resolver | None = None) -> None:
+        seeds = list(seeds)
+        self.fixed = [s for s in seeds if not isinstance(s, DnsSeed)]
+        self.names = [s for s in seeds if isinstance(s, DnsSeed)]
+        self.family = family
+        self._resolver = resolver or system_resolver
+
+    async def resolve(self) -> list[Addr]:
+        """Fixed seeds, then every address the names resolve to (deduplicated, in order). A
+        name that does not resolve is logged and skipped: the other seeds may still answer."""
+        found: list[Addr] = list(self.fixed)
+        for seed in self.names:
+            try:
+                addrs = await self._resolver(seed.name, seed.port)
+            except (OSError, UnicodeError) as exc:  # (a label over 63 bytes is a UnicodeError)
+                _log.warning("seed %s does not resolve: %s", seed, getattr(exc, "strerror", None) or exc)
+                continue
+            kept = [a for a in addrs if _family(a[0]) == self.family]
+            if not kept:
+                _log.warning("seed %s resolves to no %s address (%s)", seed,
+                             "IPv6" if self.family == socket.AF_INET6 else "IPv4", addrs or "no records")
+            found += kept
+        return list(dict.fromkeys(found))
