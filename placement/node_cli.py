@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -27,6 +28,8 @@ import httpx
 from . import argtypes
 from .errors import InvalidConfigError, PlacementError
 from .exclusive import ExclusiveConfig
+from membership.seeds import DnsSeed
+
 from .node import Node, NodeConfig, read_key_file
 
 
@@ -67,7 +70,10 @@ NODE_FLAGS = (
     _NodeFlag("--id", argtypes.member_id, None, "member id, unique in the cluster (required)"),
     _NodeFlag("--gossip", argtypes.host_port, ("127.0.0.1", 7001), "UDP bind HOST:PORT (default 127.0.0.1:7001)"),
     _NodeFlag("--http", argtypes.host_port, ("127.0.0.1", 8001), "HTTP bind HOST:PORT (default 127.0.0.1:8001)"),
-    _NodeFlag("--join", argtypes.host_port, [], "seed HOST:PORT (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--join", argtypes.seed, [], "seed HOST:PORT, or dns:NAME[:PORT] for every address NAME resolves "
+              "to, resolved again before each retry (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--join-timeout", argtypes.number(0, 86400), 0.0,
+              "seconds to keep trying to join before exiting with status 5 (default 0: keep trying)"),
     _NodeFlag("--gossip-advertise", argtypes.host_port, None,
               "HOST:PORT others use to reach our gossip (required when binding 0.0.0.0)"),
     _NodeFlag("--http-advertise", argtypes.http_url, None, "base URL others use for our HTTP API"),
@@ -117,6 +123,7 @@ def config_from_args(args: argparse.Namespace,
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
+        join_timeout_s=v["join_timeout"],
     )
     return config, http
 
@@ -142,6 +149,8 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
 
     from .http_api import create_app
 
+    # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr.
+    logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
     sock = _listen_http(http)
     node = Node(config)
     try:
@@ -152,12 +161,18 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
     done = asyncio.Event()
     app = create_app(node, config.admin_token, on_leave=done.set)
     server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None  # we handle signals: leave first, then stop
+    # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
+    # serve() whatever install_signal_handlers says, stops serving at once and raises the
+    # signal again afterwards: the node then saw its HTTP server gone and stopped abruptly.)
+    server.install_signal_handlers = lambda: None
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
+    seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
     _say(config.node_id, f"gossip {config.gossip_advertise or config.gossip_bind} http {config.http_advertise} "
-                         f"joining {list(config.join) or 'nobody (new cluster)'}")
+                         f"joining {seeds or 'nobody (new cluster)'}")
+    started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     watch = asyncio.create_task(_report(node))
     status = 0
@@ -167,6 +182,11 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
         if node.refused:
             _say(config.node_id, f"error: {node.refused}")
             status = 3
+            break
+        if config.join_timeout_s and not node.joined and time.monotonic() - started > config.join_timeout_s:
+            _say(config.node_id, f"error: did not join through {seeds} within --join-timeout "
+                                 f"{config.join_timeout_s:g} s (the join attempts above say why)")
+            status = 5
             break
         if serving.done():
             _say(config.node_id, f"error: the HTTP server on {http[0]}:{http[1]} stopped")
@@ -278,9 +298,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     print(f"cluster of {args.nodes} nodes; HTTP: {urls}\n"
           f"try: placement members --url http://127.0.0.1:{args.http_port}   (Ctrl-C stops all)", flush=True)
     try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-        print("a node exited; stopping the cluster", flush=True)
+        _watch(procs, args.stop_on_exit)
     except KeyboardInterrupt:
         print("\nstopping: every node leaves gracefully", flush=True)
     for p in procs:
@@ -293,6 +311,22 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if p.poll() is None:
             p.kill()
     return 0
+
+
+def _watch(procs: list[subprocess.Popen], stop_on_exit: bool) -> None:
+    """Report each node that exits; return when all have (or, with ``stop_on_exit``, at the
+    first). One node leaving - a POST /v1/leave, a crash - must not stop the others (issue 16)."""
+    running = dict(enumerate(procs, 1))
+    while running:
+        time.sleep(0.2)
+        for i, p in list(running.items()):
+            if p.poll() is not None:
+                del running[i]
+                print(f"node n{i} exited with status {p.returncode}; "
+                      + ("stopping the cluster (--stop-on-exit)" if stop_on_exit else
+                         f"{len(running)} still running" if running else "no node is left"), flush=True)
+                if stop_on_exit:
+                    return
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
@@ -325,5 +359,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                          help="first HTTP port (default 8001)")
     cluster.add_argument("--partitions", type=argtypes.partitions, default=4096, help="default 4096")
     cluster.add_argument("--replicas", type=argtypes.replicas, default=2, help="default 2")
+    cluster.add_argument("--stop-on-exit", action="store_true",
+                         help="stop every node when one exits (default: report it, keep the others)")
     cluster.set_defaults(func=cmd_cluster)
 
