@@ -114,7 +114,10 @@ from .messages import (
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
-from .wire import Codec, Drop, Envelope, Keyring, ReplayFilter, check_outgoing, encode_meta
+from .wire import (
+    NOTICE_REASONS, PROTOCOL_VERSION, Codec, Drop, Envelope, Keyring, Notice, ReplayFilter, check_outgoing, encode_meta,
+    encode_notice,
+)
 
 __all__ = ["Swim"]
 
@@ -125,13 +128,22 @@ _PUSH_PULL_REPLY_GUARD_S = 1.0
 # address means another live process has our id (see _foreign_claim).
 _ID_CONFLICT_BUMPS = 3
 _ID_CONFLICT_WINDOW_S = 60.0
-# What a joiner tells the operator about datagrams from a seed it had to drop (JoinAttempt).
+# What a joiner tells the operator about a seed (JoinAttempt): datagrams from it we had to drop,
+# and notices it sent about ours (wire.py).
 _JOIN_DROP_HINTS = {
     "decrypt_failed": "its datagrams do not decrypt with our keys (different gossip keys?)",
     "unexpected_encrypted": "it encrypts gossip and we have no keys",
     "unencrypted": "it does not encrypt gossip and we do",
     "unknown_version": "it speaks another gossip protocol version",
 }
+_NOTICE_HINTS = {
+    "decrypt_failed": "it cannot decrypt our datagrams (different gossip keys?)",
+    "unencrypted": "it encrypts gossip and we have no keys",
+    "unexpected_encrypted": "it does not encrypt gossip and we do",
+    "unknown_version": "it speaks gossip protocol version {theirs}, we speak {ours}",
+}
+# A notice is sent to one address at most this often.
+_NOTICE_INTERVAL_S = 1.0
 
 
 _T = TypeVar("_T")
@@ -262,6 +274,7 @@ class Swim:
         self._had_peer = False  # ever had a live peer: refusals no longer stop us (JoinRefused)
         self._join_attempts = 0  # failed attempts since we last had a live peer (backoff)
         self._join_heard: dict[Addr, str] = {}  # seed address -> why we dropped what it sent
+        self._notified: dict[Addr, float] = {}  # address -> when we last sent it a notice
         self._leaving = False
         # Random phase (memberlist staggers its tickers too): members started together must not
         # probe in lock-step.
@@ -388,8 +401,8 @@ class Swim:
             env = self._codec.open(data)
         except Drop as drop:
             self._drop(drop.reason)
-            if self._next_join_at is not None and drop.reason in _JOIN_DROP_HINTS:
-                self._join_heard[addr] = _JOIN_DROP_HINTS[drop.reason]
+            if isinstance(drop, Notice) or drop.reason in NOTICE_REASONS:
+                self._unreadable(drop, addr, now)
             return
         if env.cluster != self.config.cluster_name or env.settings != self.config.cluster_settings:
             self._mismatch(env, addr, now)
@@ -486,6 +499,33 @@ class Swim:
     def _drop(self, reason: str) -> None:
         self._stats["dropped"] += 1
         self._stats["dropped_" + reason] += 1
+
+    def _unreadable(self, drop: Drop, addr: Addr, now: float) -> None:
+        """A datagram we could not read for its keys or version, or a notice that ours was not.
+
+        We tell its sender why (a notice; never in answer to a notice, so never a loop). A
+        joiner keeps what it hears from its seeds for the next ``JoinAttempt``. A notice stops
+        a joiner (``JoinRefused``) only if it holds no keys - then everything it receives is
+        unauthenticated anyway - and only when it says the cluster encrypts or speaks another
+        protocol version; a member with keys never lets an unauthenticated datagram stop it."""
+        if isinstance(drop, Notice):
+            hint = _NOTICE_HINTS[drop.about].format(theirs=drop.version, ours=PROTOCOL_VERSION)
+            if self._next_join_at is None:
+                return
+            self._join_heard[addr] = hint
+            if not self.keyring.enabled and not self._had_peer and drop.about in ("unencrypted", "unknown_version"):
+                self._events.append(JoinRefused(addr, f"the member at {addr[0]}:{addr[1]}: {hint}; start this "
+                                                      "node with the cluster's gossip keys and version", now))
+            return
+        if self._next_join_at is not None:
+            self._join_heard[addr] = _JOIN_DROP_HINTS[drop.reason]
+        if self._leaving or now - self._notified.get(addr, -math.inf) < _NOTICE_INTERVAL_S:
+            return
+        if len(self._notified) > 4096:
+            self._notified.clear()
+        self._notified[addr] = now
+        self._stats["notices_sent"] += 1
+        self._emit(encode_notice(drop.reason), addr)
 
     def _mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
         """A datagram from another cluster, or from a member with other cluster settings.

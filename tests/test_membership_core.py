@@ -551,6 +551,31 @@ def test_a_member_that_had_peers_ignores_a_refusal():
     assert net.nodes["n1"].core.stats["refusals_ignored"] >= 1
 
 
+KEY_A, KEY_B = b"a" * 16, b"b" * 16
+KEY_CASES = [
+    # (cluster keys, joiner keys, what the joiner reports, does it stop)
+    ((KEY_A,), (), "it encrypts gossip and we have no keys", True),
+    ((), (KEY_A,), "it does not encrypt gossip and we do", False),
+    ((KEY_A,), (KEY_B,), "it cannot decrypt our datagrams (different gossip keys?)", False),
+]
+
+
+@pytest.mark.parametrize("cluster_keys, joiner_keys, hint, stops", KEY_CASES)
+def test_a_joiner_with_other_keys_learns_why_from_the_seeds_notice(cluster_keys, joiner_keys, hint, stops):
+    """The seed cannot read the joiner and says so (an unauthenticated notice): a joiner without
+    keys stops on it (all it hears is unauthenticated anyway), one with keys reports it only."""
+    net = build_cluster(2, seed=26, config=MembershipConfig(keys=cluster_keys))
+    joiner = net.add("new", seeds=["n0"], config=MembershipConfig(keys=joiner_keys))
+    net.run_for(2.5)  # one retry: the notice is reported with the attempt
+    refused = [e for e in joiner.events if isinstance(e, JoinRefused)]
+    attempts = [e for e in joiner.events if isinstance(e, JoinAttempt)]
+    assert attempts and hint in attempts[0].reason
+    assert bool(refused) == stops and (not stops or hint in refused[0].reason)
+    assert net.nodes["n0"].core.stats["notices_sent"] >= 1
+    assert not [e for n in ("n0", "n1") for e in net.nodes[n].events if isinstance(e, (JoinRefused, RefusedPeer))]
+    assert net.converged(["n0", "n1"])
+
+
 def test_join_retries_back_off_and_report_each_attempt():
     config = MembershipConfig(join_retry_interval_s=2.0, join_retry_max_interval_s=10.0)
     core = Swim(config, "me", ("10.0.0.9", 9), rng=random.Random(0), now=0.0)
