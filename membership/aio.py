@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import time
 from typing import Callable, Iterable
 
@@ -35,7 +36,7 @@ from .core import Swim
 from .messages import Addr, Event, JoinAttempt, MemberInfo, Meta
 from .seeds import DnsSeed, Resolver, SeedFinder
 
-__all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member"]
+__all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member", "system_resolver"]
 
 _UNSPECIFIED_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -271,6 +272,12 @@ class Member(asyncio.DatagramProtocol):
         self._schedule_lag_check()
 
 
+async def system_resolver(name: str, port: int) -> list[Addr]:
+    """Every address ``name`` resolves to (A and AAAA), through the loop's thread pool."""
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_DGRAM)
+    return [(info[4][0], int(info[4][1])) for info in infos]
+
+
 async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = ("127.0.0.1", 0),
                        advertise: Addr | None = None, meta: Meta | None = None,
                        seeds: Iterable[Addr | DnsSeed] = (), rng: random.Random | None = None,
@@ -303,7 +310,8 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
     member = Member(core, loop, lag_check_interval_s)
     transport.set_protocol(member)
     member.connection_made(transport)
-    finder = SeedFinder(seeds, transport.get_extra_info("socket").family, resolver)
+    finder = SeedFinder(seeds, transport.get_extra_info("socket").family == socket.AF_INET6,
+                        resolver or system_resolver)
     addrs: list[Addr] = list(finder.fixed)
     if finder.names:
         member._finder = finder

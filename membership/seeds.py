@@ -7,22 +7,21 @@ failed attempt (the core reports one as a ``JoinAttempt`` event) and hands the c
 list (``Swim.set_seeds``); the core itself does no I/O. Hashicorp's go-discover and Consul's
 ``retry_join`` work the same way: resolve on every retry, not once.
 
-This is I/O (``getaddrinfo`` through the event loop's thread pool, so a slow DNS server does not
-stall gossip); the resolver is injectable so tests use a stub. Only addresses of the gossip
-socket's family are kept: an IPv4 socket cannot send to an AAAA record.
+The lookup itself is I/O and lives in the driver (``aio.system_resolver``: ``getaddrinfo``
+through the event loop's thread pool, so a slow DNS server does not stall gossip); this module
+only decides what to do with the answers, and tests hand it a stub resolver. Only addresses of
+the gossip socket's family are kept: an IPv4 socket cannot send to an AAAA record.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .messages import Addr
 
-__all__ = ["DnsSeed", "Resolver", "SeedFinder", "system_resolver"]
+__all__ = ["DnsSeed", "Resolver", "SeedFinder"]
 
 _log = logging.getLogger("membership.seeds")
 
@@ -41,25 +40,16 @@ class DnsSeed:
         return f"dns:{self.name}:{self.port}"
 
 
-async def system_resolver(name: str, port: int) -> list[Addr]:
-    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_DGRAM)
-    return [(info[4][0], int(info[4][1])) for info in infos]
-
-
-def _family(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
 class SeedFinder:
     """The seed addresses of one member: fixed ``HOST:PORT`` seeds plus what the ``DnsSeed``
-    names resolve to now. ``family`` is the gossip socket's address family."""
+    names resolve to now. ``ipv6``: the gossip socket is an IPv6 one."""
 
-    def __init__(self, seeds: Iterable[Addr | DnsSeed], family: int, resolver: Resolver | None = None) -> None:
+    def __init__(self, seeds: Iterable[Addr | DnsSeed], ipv6: bool, resolver: Resolver) -> None:
         seeds = list(seeds)
         self.fixed = [s for s in seeds if not isinstance(s, DnsSeed)]
         self.names = [s for s in seeds if isinstance(s, DnsSeed)]
-        self.family = family
-        self._resolver = resolver or system_resolver
+        self.ipv6 = ipv6
+        self._resolver = resolver
 
     async def resolve(self) -> list[Addr]:
         """Fixed seeds, then every address the names resolve to (deduplicated, in order). A
@@ -71,9 +61,9 @@ class SeedFinder:
             except (OSError, UnicodeError) as exc:  # (a label over 63 bytes is a UnicodeError)
                 _log.warning("seed %s does not resolve: %s", seed, getattr(exc, "strerror", None) or exc)
                 continue
-            kept = [a for a in addrs if _family(a[0]) == self.family]
+            kept = [a for a in addrs if (":" in a[0]) == self.ipv6]
             if not kept:
                 _log.warning("seed %s resolves to no %s address (%s)", seed,
-                             "IPv6" if self.family == socket.AF_INET6 else "IPv4", addrs or "no records")
+                             "IPv6" if self.ipv6 else "IPv4", addrs or "no records")
             found += kept
         return list(dict.fromkeys(found))

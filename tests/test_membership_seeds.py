@@ -84,11 +84,11 @@ def test_a_name_with_no_other_member_is_resolved_again_until_it_has_one():
 def test_the_finder_keeps_fixed_seeds_drops_other_families_and_duplicates(caplog):
     resolver = StubResolver([("10.0.0.1", 7001), ("fd00::1", 7001), ("10.0.0.1", 7001), ("10.0.0.2", 7001)])
     finder = SeedFinder([("10.9.9.9", 1), DnsSeed("seeds.test", 7001), DnsSeed("gone.test", 7001)],
-                        socket.AF_INET, resolver)
+                        False, resolver)
     assert asyncio.run(finder.resolve()) == [("10.9.9.9", 1), ("10.0.0.1", 7001), ("10.0.0.2", 7001)]
-    six = SeedFinder([DnsSeed("seeds.test", 7001)], socket.AF_INET6, StubResolver([("fd00::1", 7001)]))
+    six = SeedFinder([DnsSeed("seeds.test", 7001)], True, StubResolver([("fd00::1", 7001)]))
     assert asyncio.run(six.resolve()) == [("fd00::1", 7001)]
-    broken = SeedFinder([DnsSeed("gone.test", 7001)], socket.AF_INET, StubResolver(OSError("no such host")))
+    broken = SeedFinder([DnsSeed("gone.test", 7001)], False, StubResolver(OSError("no such host")))
     assert asyncio.run(broken.resolve()) == []
     assert "seed dns:gone.test:7001 does not resolve: no such host" in caplog.text
 
