@@ -143,8 +143,10 @@ def _say(node_id: str, text: str) -> None:
     print(f"[{node_id}] {text}", flush=True)
 
 
-async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
-    """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave."""
+async def serve(config: NodeConfig, http: tuple[str, int], work_sink: bool = False) -> int:
+    """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave. ``work_sink``: also
+    accept ``POST /v1/work`` (``spark_jobs.sink``: records what it receives), so that
+    ``spark-route --deliver`` has a receiver."""
     import uvicorn
 
     from .http_api import create_app
@@ -159,7 +161,12 @@ async def serve(config: NodeConfig, http: tuple[str, int]) -> int:
         sock.close()
         raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
     done = asyncio.Event()
-    app = create_app(node, config.admin_token, on_leave=done.set)
+    if work_sink:
+        from spark_jobs.sink import create_sink_app  # (the Spark jobs' package; imported only here)
+
+        app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
+    else:
+        app = create_app(node, config.admin_token, on_leave=done.set)
     server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
     # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
     # serve() whatever install_signal_handlers says, stops serving at once and raises the
@@ -242,7 +249,7 @@ async def _report(node: Node) -> None:
 
 def cmd_node(args: argparse.Namespace) -> int:
     config, http = config_from_args(args)
-    return asyncio.run(serve(config, http))
+    return asyncio.run(serve(config, http, args.work_sink))
 
 
 def _get(url: str, path: str, **params) -> httpx.Response:
@@ -277,7 +284,8 @@ def cmd_owners(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    """Start N node processes on loopback, stream their output, stop them all on Ctrl-C."""
+    """Start N node processes on loopback (each also a work sink, so the README's
+    ``spark-route --deliver`` example has receivers), stream their output, stop them all on Ctrl-C."""
     for flag, first in (("--gossip-port", args.gossip_port), ("--http-port", args.http_port)):
         if first + args.nodes - 1 > 65535:
             raise InvalidConfigError(f"{flag} {first} with --nodes {args.nodes} needs ports up to "
@@ -288,7 +296,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     for i in range(args.nodes):
         cmd = [sys.executable, "-m", "placement.cli", "node", "--id", f"n{i + 1}",
                "--gossip", f"127.0.0.1:{args.gossip_port + i}", "--http", f"127.0.0.1:{args.http_port + i}",
-               "--partitions", str(args.partitions), "--replicas", str(args.replicas)]
+               "--partitions", str(args.partitions), "--replicas", str(args.replicas), "--work-sink"]
         if i:
             cmd += ["--join", seed]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
@@ -342,6 +350,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 20.0) -> 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     node = sub.add_parser("node", help="run one node: gossip member + placement + HTTP API")
     add_node_arguments(node)
+    node.add_argument("--work-sink", action="store_true",
+                      help="also accept POST /v1/work, the endpoint spark-route --deliver sends to (records items)")
     node.set_defaults(func=cmd_node)
     for name, func, helptext in (("members", cmd_members, "list the members a node sees"),
                                  ("owners", cmd_owners, "owners of one key")):
