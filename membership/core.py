@@ -93,7 +93,8 @@ after it heals.
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
 keyring is dropped and counted in ``stats["dropped_<reason>"]``; ``receive_datagram`` never
-raises and never applies part of an invalid datagram.
+raises and never applies part of an invalid datagram. A datagram we cannot read for its keys
+or protocol version is answered with a notice saying why (``wire.py``; ``_unreadable``).
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ Addr = tuple[str, int]
 
 
 class JoinRefusedError(PlacementError):
-    """The cluster refused this node: its partition count, replicas or seed differ."""
+    """The cluster refused this node: its cluster name, partition count, replicas or seed differ
+    (or it has no gossip keys and the cluster encrypts). Only a node that never joined is refused."""
 
 
 class LeadershipLost(PlacementError):
