@@ -158,22 +158,22 @@ def test_sigterm_is_a_graceful_leave_and_the_process_ends_within_3_s(nodes):
 def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_path):
     gossip, http = free_ports(1, socket.SOCK_DGRAM)[0], free_ports(1, socket.SOCK_STREAM)[0]
     # consecutive ports from the ones the OS handed out (free with high probability)
-    urls = [f"http://127.0.0.1:{http + i}" for i in range(3)]
+    urls = [f"http://127.0.0.1:{http + i}" for i in range(2)]
     log = tmp_path / "cluster.out"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "placement.cli", "cluster", "--nodes", "3", "--partitions", "64",
+        proc = subprocess.Popen([sys.executable, "-m", "placement.cli", "cluster", "--nodes", "2", "--partitions", "64",
                                  "--gossip-port", str(gossip), "--http-port", str(http)],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "3 nodes ready")
+        poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "2 nodes ready")
         # Its nodes take `spark-route --deliver` batches (issue 16 item 6: the README example).
         owner = httpx.get(urls[0] + "/v1/owners", params={"key": "order-42"}, timeout=2).json()["owners"][0]["http"]
         batch = {"job": "readme", "items": [{"id": 1, "key": "order-42"}]}
         poll(lambda: httpx.post(owner + "/v1/work", json=batch, timeout=2).status_code == 200, 10, "the owner took work")
         assert httpx.post(owner + "/v1/work", json=batch, timeout=2).json() == {"accepted": 0, "duplicates": 1}
         assert httpx.post(urls[1] + "/v1/leave", timeout=5).status_code == 202
-        poll(lambda: "node n2 exited with status 0; 2 still running" in log.read_text(), 15, "the exit reported")
-        assert all(httpx.get(u + "/healthz", timeout=2).status_code == 200 for u in (urls[0], urls[2]))
+        poll(lambda: "node n2 exited with status 0; 1 still running" in log.read_text(), 15, "the exit reported")
+        assert httpx.get(urls[0] + "/healthz", timeout=2).status_code == 200
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 0
