@@ -255,7 +255,7 @@ class Member(asyncio.DatagramProtocol):
         retry_s = min(config.join_retry_max_interval_s,
                       config.join_retry_interval_s * 2 ** min(self._empty_resolutions - 1, 32))
         logging.getLogger("membership.seeds").warning(
-            "seeds %s name no member but this one; resolving again in %.0f s",
+            "seeds %s give no address but this member's own; resolving again in %.0f s",
             ", ".join(map(str, self._finder.names)), retry_s)
         self._resolving = self._loop.create_task(self._resolve_seeds(retry_s))
 
