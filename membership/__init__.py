@@ -19,7 +19,9 @@ drive it the same way)::
     core.receive_datagram(data, addr, now)         # never raises; bad input dropped + counted
     core.handle_timer(now)                         # run work that is due
     core.datagrams_to_send() -> [(bytes, addr)]    # drain the outbox (each <= mtu_bytes)
-    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused | DeclaredDead | IdConflict
+    core.next_event() / core.events()              # MemberEvent(kind, member, at) | JoinRefused | RefusedPeer
+                                                   # | JoinAttempt | DeclaredDead | IdConflict
+    core.set_seeds(addrs)                          # where the next join retries go (DNS re-resolution)
     core.get_timer() -> float | None               # when to call handle_timer next
     core.members() / core.live_members()           # MemberInfo; live = alive + suspect
     core.member(node_id) -> MemberInfo | None; core.incarnation; core.meta
@@ -38,22 +40,25 @@ Placement must own partitions from ``live_members()`` (alive *and* suspect): sus
 protocol's way of giving a slow member time, not a verdict.
 
 ``MembershipConfig.cluster_settings`` is an opaque fingerprint (e.g. "partitions=4096,replicas=3,
-seed=7") carried on every datagram: members with a different fingerprint are refused, and a
-member that tries to join such a cluster gets a ``JoinRefused(addr, reason, at)`` event (the
-refusing side gets one too). Join attempts are retried, so expect repeated events; a node
-process should stop on the first one.
+seed=7") carried on every datagram: members with a different fingerprint (or cluster name) are
+refused. Only the newcomer is: a member that never had a live peer and tries to join such a
+cluster gets a ``JoinRefused(addr, reason, at)`` event (a node process should stop on the
+first one); the member it contacted reports ``RefusedPeer(addr, node, reason, at)`` and carries
+on. ``JoinAttempt(attempt, seeds, reason, retry_at, at)`` reports each join attempt that got no
+member to answer.
 """
 
 from .config import MembershipConfig
 from .core import Swim
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, IdConflict, JoinRefused,
-    MemberEvent, MemberInfo, Meta,
+    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, IdConflict, JoinAttempt, JoinRefused,
+    MemberEvent, MemberInfo, Meta, RefusedPeer,
 )
 from .wire import PROTOCOL_VERSION, Keyring
 
 __all__ = [
-    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "DeclaredDead", "IdConflict",
+    "MembershipConfig", "Swim", "Meta", "MemberInfo", "MemberEvent", "JoinRefused", "RefusedPeer", "JoinAttempt",
+    "DeclaredDead", "IdConflict",
     "Event",
     "Addr", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES", "Keyring", "PROTOCOL_VERSION",
 ]

@@ -14,7 +14,7 @@ Usage::
     member = await start_member(MembershipConfig(), "n1", bind=("0.0.0.0", 7001),
                                 advertise=("10.0.0.1", 7001), meta=Meta(http="http://10.0.0.1:8001"),
                                 seeds=[("10.0.0.2", 7001)])
-    async for event in member.subscribe():   # MemberEvent | JoinRefused
+    async for event in member.subscribe():   # MemberEvent | JoinRefused | JoinAttempt | ...
         ...
     member.members(); member.live_members()
     await member.update_meta(Meta(weight=2.0))
@@ -25,15 +25,18 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import socket
 import time
 from typing import Callable, Iterable
 
 from .config import MembershipConfig
 from .core import Swim
-from .messages import Addr, Event, MemberInfo, Meta
+from .messages import Addr, Event, JoinAttempt, MemberInfo, Meta
+from .seeds import DnsSeed, Resolver, SeedFinder
 
-__all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member"]
+__all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member", "system_resolver"]
 
 _UNSPECIFIED_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -101,6 +104,9 @@ class Member(asyncio.DatagramProtocol):
         self._subscriptions: set[Subscription] = set()
         self._left = asyncio.Event()
         self._channels: dict[bytes, Callable[[bytes, Addr], None]] = {}
+        self._finder: SeedFinder | None = None  # set when seeds are found by DNS
+        self._resolving: asyncio.Task | None = None
+        self._empty_resolutions = 0  # DNS found no seed but us, this many times in a row
         self.closed = False
 
     # --- asyncio.DatagramProtocol ---
@@ -181,7 +187,7 @@ class Member(asyncio.DatagramProtocol):
         if self.closed:
             return
         self.closed = True
-        for handle in (self._timer, self._lag_handle):
+        for handle in (self._timer, self._lag_handle, self._resolving):
             if handle is not None:
                 handle.cancel()
         if self._transport is not None:
@@ -208,6 +214,8 @@ class Member(asyncio.DatagramProtocol):
         for data, addr in self.core.datagrams_to_send():
             self._transport.sendto(data, addr)
         for event in self.core.events():
+            if isinstance(event, JoinAttempt) and self._finder is not None and self._resolving is None:
+                self._resolving = self._loop.create_task(self._resolve_seeds(0.0))
             for sub in list(self._subscriptions):
                 sub._deliver(event)
         if self.core.leave_broadcast_done:
@@ -218,6 +226,38 @@ class Member(asyncio.DatagramProtocol):
                 self._timer.cancel()
             self._timer_at = deadline
             self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+
+    async def _resolve_seeds(self, delay_s: float) -> None:
+        """Resolve the DNS seeds again (after a failed join attempt, or after a delay while they
+        named nobody) and give the core the fresh addresses."""
+        assert self._finder is not None
+        await asyncio.sleep(delay_s)  # a driver timer (the core never waits)
+        addrs = await self._finder.resolve()
+        self._resolving = None
+        if not self.closed:
+            self._use_seeds(addrs)
+
+    def _use_seeds(self, addrs: list[Addr]) -> None:
+        """While the DNS seeds name no member but us the core has nobody to retry, so the
+        driver retries the resolution itself, with the core's join backoff."""
+        addrs = [a for a in addrs if a != self.core.advertise]
+        if addrs:
+            if self._empty_resolutions:
+                self.core.join(addrs, self._loop.time())  # its join loop had stopped: start it
+            else:
+                self.core.set_seeds(addrs)
+            self._empty_resolutions = 0
+            self._flush()
+            return
+        assert self._finder is not None
+        config = self.core.config
+        self._empty_resolutions += 1
+        retry_s = min(config.join_retry_max_interval_s,
+                      config.join_retry_interval_s * 2 ** min(self._empty_resolutions - 1, 32))
+        logging.getLogger("membership.seeds").warning(
+            "seeds %s give no address but this member's own; resolving again in %.0f s",
+            ", ".join(map(str, self._finder.names)), retry_s)
+        self._resolving = self._loop.create_task(self._resolve_seeds(retry_s))
 
     def _schedule_lag_check(self) -> None:
         due = self._loop.time() + self._lag_interval
@@ -232,11 +272,21 @@ class Member(asyncio.DatagramProtocol):
         self._schedule_lag_check()
 
 
+async def system_resolver(name: str, port: int) -> list[Addr]:
+    """Every address ``name`` resolves to (A and AAAA), through the loop's thread pool."""
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_DGRAM)
+    return [(info[4][0], int(info[4][1])) for info in infos]
+
+
 async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = ("127.0.0.1", 0),
                        advertise: Addr | None = None, meta: Meta | None = None,
-                       seeds: Iterable[Addr] = (), rng: random.Random | None = None,
-                       incarnation: int = 0, lag_check_interval_s: float = 0.1) -> Member:
+                       seeds: Iterable[Addr | DnsSeed] = (), rng: random.Random | None = None,
+                       incarnation: int = 0, lag_check_interval_s: float = 0.1,
+                       resolver: Resolver | None = None) -> Member:
     """Bind a UDP socket, start a core and join ``seeds``.
+
+    A ``DnsSeed`` stands for every address its name resolves to (``resolver``, by default the
+    system's ``getaddrinfo``), resolved again after each failed join attempt (``seeds.py``).
 
     ``advertise`` is the address others should use; it defaults to the bound address and is
     required when binding to a wildcard address (0.0.0.0 / ::). ``incarnation`` lets the caller
@@ -260,5 +310,13 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
     member = Member(core, loop, lag_check_interval_s)
     transport.set_protocol(member)
     member.connection_made(transport)
-    member._start(seeds)
+    finder = SeedFinder(seeds, transport.get_extra_info("socket").family == socket.AF_INET6,
+                        resolver or system_resolver)
+    addrs: list[Addr] = list(finder.fixed)
+    if finder.names:
+        member._finder = finder
+        addrs = await finder.resolve()
+    member._start(addrs)
+    if finder.names and not [a for a in addrs if a != core.advertise]:
+        member._use_seeds([])
     return member

@@ -26,8 +26,9 @@ class MembershipConfig:
     cluster_name: str = "default"
     #: Opaque fingerprint of settings that must agree cluster-wide (e.g. partition count,
     #: replica count, hash seed of the placement layer). Carried on every datagram; a node whose
-    #: fingerprint differs is refused: its datagrams are dropped and, when it tries to join, it is
-    #: told so and emits a ``JoinRefused`` event. Empty string = no check beyond equality of "".
+    #: fingerprint (or cluster name) differs is refused: its datagrams are dropped and, when it
+    #: tries to join, it is told so and emits a ``JoinRefused`` event (the contacted member only
+    #: reports ``RefusedPeer`` and carries on). Empty string = no check beyond equality of "".
     cluster_settings: str = ""
 
     # --- failure detection (SWIM section 3, memberlist config.go) ---
@@ -94,8 +95,11 @@ class MembershipConfig:
     #: A checksum of the view rides on every ack; on mismatch, once dissemination has gone
     #: quiet, a push-pull full state exchange is started, at most once per this interval.
     push_pull_min_interval_s: float = 5.0
-    #: While no other live member is known, seeds are contacted again this often.
+    #: While no other live member is known, seeds are contacted again: first after this long,
+    #: then twice as long after each failed attempt, up to join_retry_max_interval_s (a seed
+    #: that is down for long is not flooded; memberlist leaves retries to the application).
     join_retry_interval_s: float = 2.0
+    join_retry_max_interval_s: float = 10.0
     #: Every this often one random dead (not left) member's address is pinged; if it answers, a
     #: push-pull follows, so a cluster split by a network partition merges again after it heals
     #: (Ringpop's healer; Serf retries every 30 s).
@@ -116,6 +120,8 @@ class MembershipConfig:
             raise ValueError("need 256 <= mtu_bytes <= max_receive_bytes")
         if self.indirect_checks < 0 or self.gossip_fanout < 1 or self.retransmit_mult < 1:
             raise ValueError("indirect_checks >= 0, gossip_fanout >= 1, retransmit_mult >= 1")
+        if not 0 < self.join_retry_interval_s <= self.join_retry_max_interval_s:
+            raise ValueError("need 0 < join_retry_interval_s <= join_retry_max_interval_s")
         if self.awareness_max_multiplier < 1 or self.suspicion_confirmations < 0:
             raise ValueError("awareness_max_multiplier >= 1, suspicion_confirmations >= 0")
         for key in self.keys:

@@ -82,8 +82,10 @@ view cannot kill a live member outright (memberlist#312). A ping from a member w
 (its arrival's gossip ran out of retransmits before reaching us) also starts a push-pull with
 it, at most one per probe interval; a joiner gossips its own ``Alive`` as well as its seed.
 
-Join, leave, partitions. ``join(seeds)`` push-pulls with each seed (and retries while we know
-no one). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
+Join, leave, partitions. ``join(seeds)`` push-pulls with each seed and retries while we know
+no one, with exponential backoff, reporting each failed attempt (``JoinAttempt``: the seeds and
+what came back from them). A seed whose cluster name or settings differ answers ``Refuse``; the
+refusal stops only a member that never had a live peer (``_mismatch``). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
 ``leave_broadcast_done``. Every ``dead_retry_interval_s`` one random dead member's address gets
 a ping; if it answers, a push-pull follows, so clusters split by a network partition merge
 after it heals.
@@ -91,7 +93,8 @@ after it heals.
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
 keyring is dropped and counted in ``stats["dropped_<reason>"]``; ``receive_datagram`` never
-raises and never applies part of an invalid datagram.
+raises and never applies part of an invalid datagram. A datagram we cannot read for its keys
+or protocol version is answered with a notice saying why (``wire.py``; ``_unreadable``).
 """
 
 from __future__ import annotations
@@ -107,11 +110,15 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .messages import (
     ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Ack, Addr, Alive, Dead, DeclaredDead, Event, IdConflict,
-    JoinRefused, MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    JoinAttempt, JoinRefused, MemberEvent, MemberInfo, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse,
+    RefusedPeer, Suspect,
 )
 from .queue import BroadcastQueue
 from .suspicion import Suspicion
-from .wire import Codec, Drop, Envelope, Keyring, ReplayFilter, check_outgoing, encode_meta
+from .wire import (
+    NOTICE_REASONS, PROTOCOL_VERSION, Codec, Drop, Envelope, Keyring, Notice, ReplayFilter, check_outgoing, encode_meta,
+    encode_notice,
+)
 
 __all__ = ["Swim"]
 
@@ -122,6 +129,22 @@ _PUSH_PULL_REPLY_GUARD_S = 1.0
 # address means another live process has our id (see _foreign_claim).
 _ID_CONFLICT_BUMPS = 3
 _ID_CONFLICT_WINDOW_S = 60.0
+# What a joiner tells the operator about a seed (JoinAttempt): datagrams from it we had to drop,
+# and notices it sent about ours (wire.py).
+_JOIN_DROP_HINTS = {
+    "decrypt_failed": "its datagrams do not decrypt with our keys (different gossip keys?)",
+    "unexpected_encrypted": "it encrypts gossip and we have no keys",
+    "unencrypted": "it does not encrypt gossip and we do",
+    "unknown_version": "it speaks another gossip protocol version",
+}
+_NOTICE_HINTS = {
+    "decrypt_failed": "it cannot decrypt our datagrams (different gossip keys?)",
+    "unencrypted": "it encrypts gossip and we have no keys",
+    "unexpected_encrypted": "it does not encrypt gossip and we do",
+    "unknown_version": "it speaks gossip protocol version {theirs}, we speak {ours}",
+}
+# A notice is sent to one address at most this often.
+_NOTICE_INTERVAL_S = 1.0
 
 
 _T = TypeVar("_T")
@@ -249,6 +272,10 @@ class Swim:
         self._outbox: list[tuple[bytes, Addr]] = []
         self._events: deque[Event] = deque()
         self._seeds: list[Addr] = []
+        self._had_peer = False  # ever had a live peer: refusals no longer stop us (JoinRefused)
+        self._join_attempts = 0  # failed attempts since we last had a live peer (backoff)
+        self._join_heard: dict[Addr, str] = {}  # seed address -> why we dropped what it sent
+        self._notified: dict[Addr, float] = {}  # address -> when we last sent it a notice
         self._leaving = False
         # Random phase (memberlist staggers its tickers too): members started together must not
         # probe in lock-step.
@@ -328,13 +355,18 @@ class Swim:
     # ------------------------------------------------------------------ public API: driving
 
     def join(self, seeds: Iterable[Addr], now: float) -> None:
-        """Contact seed addresses (push-pull); retried every join_retry_interval_s while alone."""
-        self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
+        """Contact seed addresses (push-pull); retried with backoff while we know no one."""
+        self.set_seeds(seeds)
         # We gossip our own Alive too (memberlist's setAlive does): otherwise only the seed
         # spreads our arrival, and in a small cluster its few retransmits can all miss a member,
         # which then learns of us only from anti-entropy.
         self._broadcast(self._state_message(self._self))
         self._join_seeds(now)
+
+    def set_seeds(self, seeds: Iterable[Addr]) -> None:
+        """Replace the seed addresses the next join attempts go to (a driver that finds seeds by
+        DNS re-resolves after each ``JoinAttempt``). Our own address is left out."""
+        self._seeds = [(h, int(p)) for h, p in seeds if (h, int(p)) != self.advertise]
 
     def leave(self, now: float) -> None:
         """Announce a graceful leave; probing stops, the announcement keeps being gossiped."""
@@ -370,15 +402,14 @@ class Swim:
             env = self._codec.open(data)
         except Drop as drop:
             self._drop(drop.reason)
+            if isinstance(drop, Notice) or drop.reason in NOTICE_REASONS:
+                self._unreadable(drop, addr, now)
             return
-        if env.cluster != self.config.cluster_name:
-            self._drop("wrong_cluster")
-            return
-        if env.settings != self.config.cluster_settings:
-            self._settings_mismatch(env, addr, now)
+        if env.cluster != self.config.cluster_name or env.settings != self.config.cluster_settings:
+            self._mismatch(env, addr, now)
             return
         if env.sender == self.node_id:
-            self._drop("from_self")
+            self._from_our_id(env, addr, now)
             return
         if not self._replay.check_and_record(env.sender, env.epoch, env.seq):
             self._drop("replayed")
@@ -470,16 +501,59 @@ class Swim:
         self._stats["dropped"] += 1
         self._stats["dropped_" + reason] += 1
 
-    def _settings_mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
-        self._drop("settings_mismatch")
+    def _unreadable(self, drop: Drop, addr: Addr, now: float) -> None:
+        """A datagram we could not read for its keys or version, or a notice that ours was not.
+
+        We tell its sender why (a notice; never in answer to a notice, so never a loop). A
+        joiner keeps what it hears from its seeds for the next ``JoinAttempt``. A notice stops
+        a joiner (``JoinRefused``) only if it holds no keys - then everything it receives is
+        unauthenticated anyway - and only when it says the cluster encrypts or speaks another
+        protocol version; a member with keys never lets an unauthenticated datagram stop it."""
+        if isinstance(drop, Notice):
+            hint = _NOTICE_HINTS[drop.about].format(theirs=drop.version, ours=PROTOCOL_VERSION)
+            if self._next_join_at is None:
+                return
+            self._join_heard[addr] = hint
+            if not self.keyring.enabled and not self._had_peer and drop.about in ("unencrypted", "unknown_version"):
+                self._events.append(JoinRefused(addr, f"the member at {addr[0]}:{addr[1]}: {hint}; start this "
+                                                      "node with the cluster's gossip keys and version", now))
+            return
+        if self._next_join_at is not None:
+            self._join_heard[addr] = _JOIN_DROP_HINTS[drop.reason]
+        if self._leaving or now - self._notified.get(addr, -math.inf) < _NOTICE_INTERVAL_S:
+            return
+        if len(self._notified) > 4096:
+            self._notified.clear()
+        self._notified[addr] = now
+        self._stats["notices_sent"] += 1
+        self._emit(encode_notice(drop.reason), addr)
+
+    def _mismatch(self, env: Envelope, addr: Addr, now: float) -> None:
+        """A datagram from another cluster, or from a member with other cluster settings.
+
+        Only a newcomer is refused: we answer a join (a push-pull asking for a reply) with
+        ``Refuse`` naming both sides' values, and report ``RefusedPeer``; a ``Refuse`` stops us
+        (``JoinRefused``) only while we never had a live peer. Deciding by who asked and who
+        already belongs keeps a healthy member running when a misconfigured process contacts
+        it, and equally when its own join retries reach a seed address where such a process now
+        runs (issue 16: both used to stop)."""
+        name_differs = env.cluster != self.config.cluster_name
+        self._drop("wrong_cluster" if name_differs else "settings_mismatch")
         for msg in env.messages:
             if isinstance(msg, Refuse):
-                self._events.append(JoinRefused(addr, msg.reason, now))
+                if self._had_peer or self._leaving:
+                    self._stats["refusals_ignored"] += 1
+                else:
+                    self._events.append(JoinRefused(addr, msg.reason, now))
             elif isinstance(msg, PushPull) and msg.reply and self._may_reply_push_pull(addr, msg.sync_id, now):
-                reason = (f"cluster settings differ: member {self.node_id!r} has "
-                          f"{self.config.cluster_settings!r}, {env.sender!r} has {env.settings!r}; "
-                          "start it with the cluster's settings")[:512]  # wire limit for texts
-                self._events.append(JoinRefused(addr, reason, now))
+                if name_differs:
+                    what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
+                else:
+                    what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
+                reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
+                          "start it with the cluster's values")[:512]  # wire limit for texts
+                self._stats["joins_refused"] += 1
+                self._events.append(RefusedPeer(addr, env.sender, reason, now))
                 self._send(addr, [self._codec.encode_message(Refuse(reason))], piggyback=False)
 
     def _handle(self, env: Envelope, addr: Addr, now: float) -> None:
@@ -734,15 +808,40 @@ class Swim:
         """A record of us at another address made us raise our incarnation. Once is a restart
         (the cluster still held our old address); again and again within a minute is another
         live process with our id, raising its incarnation over ours each time (memberlist
-        logs such conflicts; we report them as an event, at most one a minute)."""
+        logs such conflicts; we report them as an event, at most one a minute).
+
+        That takes several rounds of gossip (tens of seconds when retransmits run out), so we
+        also ask the address directly: a ping from us, naming us as its target. Our old
+        process is gone and answers nothing; a process with another id ignores a ping for
+        someone else; a live twin receives a datagram from its own id with an epoch not its
+        own, and reports the conflict at once (``_from_our_id``). Each side of a twin gets a
+        claim from the other's refutation, so both report within a round trip or two."""
         claims = self._foreign_claims
         claims.append(now)
         while claims and claims[0] < now - _ID_CONFLICT_WINDOW_S:
             claims.popleft()
-        if len(claims) >= _ID_CONFLICT_BUMPS and now - self._id_conflict_at >= _ID_CONFLICT_WINDOW_S:
-            self._id_conflict_at = now
-            self._stats["id_conflicts"] += 1
-            self._events.append(IdConflict(addr, len(claims), now))
+        if len(claims) >= _ID_CONFLICT_BUMPS:
+            self._report_id_conflict(addr, now)
+        if not self._leaving:
+            self._send(addr, [self._codec.encode_message(Ping(self._next_seq(), self.node_id))], piggyback=False)
+
+    def _from_our_id(self, env: Envelope, addr: Addr, now: float) -> None:
+        """A datagram that names us as its sender: our own, looped back, or - with an epoch
+        that is not ours, from another address - another live process with our id."""
+        self._drop("from_self")
+        if env.epoch != self._codec.epoch and addr != self.advertise and self._report_id_conflict(addr, now) \
+                and not self._leaving:
+            # Tell the twin the same way, in case its claim has not reached it (once a minute,
+            # like the report, so two twins do not ping each other in a loop).
+            self._send(addr, [self._codec.encode_message(Ping(self._next_seq(), self.node_id))], piggyback=False)
+
+    def _report_id_conflict(self, addr: Addr, now: float) -> bool:
+        if now - self._id_conflict_at < _ID_CONFLICT_WINDOW_S:
+            return False
+        self._id_conflict_at = now
+        self._stats["id_conflicts"] += 1
+        self._events.append(IdConflict(addr, len(self._foreign_claims), now))
+        return True
 
     def _refute(self, accused_incarnation: int) -> None:
         if self._leaving:
@@ -806,6 +905,7 @@ class Swim:
         self._checksum = checksum & 0xFFFFFFFF
 
     def _index_live(self, node_id: str) -> None:
+        self._had_peer = True
         self._live_pos[node_id] = len(self._live_peers)
         self._live_peers.append(node_id)
         insort(self._ring, _ring_key(node_id))
@@ -976,13 +1076,26 @@ class Swim:
         return True
 
     def _join_seeds(self, now: float) -> None:
+        if self._live_peers or self._leaving:
+            self._join_attempts = 0
         if not self._seeds or self._live_peers or self._leaving:
             self._next_join_at = None
             return
+        config = self.config
+        if self._next_join_at is not None:  # a retry: the previous attempt got no member
+            self._join_attempts += 1
+            wait = min(config.join_retry_max_interval_s,
+                       config.join_retry_interval_s * 2 ** min(self._join_attempts, 32))
+            heard = "; ".join(f"{h}:{p}: {why}" for (h, p), why in sorted(self._join_heard.items()))
+            self._join_heard.clear()
+            self._events.append(JoinAttempt(self._join_attempts, tuple(self._seeds), heard or "no answer",
+                                            now + wait, now))
+        else:
+            wait = config.join_retry_interval_s
         for seed in self._seeds:
             self._stats["join_attempts"] += 1
             self._send_state(seed, reply=True, now=now)
-        self._next_join_at = now + self.config.join_retry_interval_s
+        self._next_join_at = now + wait
 
     def _retry_dead_and_reclaim(self, now: float) -> None:
         self._next_dead_retry_at = now + self.config.dead_retry_interval_s

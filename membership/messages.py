@@ -16,7 +16,8 @@ Wire messages (SWIM section 3 and 4, Lifeguard section IV):
                                       ``Dead`` with ``sender == node`` is a graceful leave.
 ``PushPull(sync_id, reply)``          marks the datagram as (one chunk of) a full state exchange;
                                       the state records follow it in the same datagram.
-``Refuse(reason)``                    the receiver's cluster settings differ from ours.
+``Refuse(reason)``                    answer to a join (``PushPull`` asking for a reply) from a
+                                      member whose cluster name or settings differ from ours.
 
 Every ack also carries the sender's view checksum (anti-entropy, as in Ringpop).
 """
@@ -31,7 +32,7 @@ from typing import Mapping, Union
 __all__ = [
     "Addr", "Meta", "MemberInfo", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
     "Ping", "Ack", "Nack", "PingReq", "Alive", "Suspect", "Dead", "PushPull", "Refuse",
-    "Message", "StateMessage", "MemberEvent", "JoinRefused", "Event",
+    "Message", "StateMessage", "MemberEvent", "JoinRefused", "RefusedPeer", "JoinAttempt", "Event",
 ]
 
 Addr = tuple[str, int]
@@ -164,10 +165,40 @@ class MemberEvent:
 
 @dataclass(frozen=True)
 class JoinRefused:
-    """A member at ``addr`` refused us (or we refused it): cluster settings differ."""
+    """A member at ``addr`` refused our join: our cluster name or settings differ from its.
+
+    Emitted only while this member has never had a live peer: it is the newcomer, and it must
+    stop (a node process exits). A member that is or was part of a cluster ignores refusals
+    (counted in ``stats["refusals_ignored"]``): one misconfigured process at a seed address
+    must not stop the healthy members that contact it."""
 
     addr: Addr
     reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class RefusedPeer:
+    """We refused a join from ``node`` at ``addr`` (its cluster name or settings differ from
+    ours; ``reason`` names both). Informational: the refused side stops, we carry on."""
+
+    addr: Addr
+    node: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class JoinAttempt:
+    """Join attempt number ``attempt`` to ``seeds`` got no member to answer; ``reason`` says
+    what came back from the seed addresses (nothing, or datagrams we had to drop and why).
+    The next attempt goes out at ``retry_at`` (exponential backoff up to
+    ``join_retry_max_interval_s``)."""
+
+    attempt: int
+    seeds: tuple[Addr, ...]
+    reason: str
+    retry_at: float
     at: float
 
 
@@ -186,13 +217,14 @@ class DeclaredDead:
 
 @dataclass(frozen=True)
 class IdConflict:
-    """Another live process at ``addr`` uses this member's node id: both keep raising their
-    incarnation over each other's (seen ``bumps`` times within a minute). A restart leaves one
-    such bump at most; a duplicate id is a configuration error the core cannot resolve."""
+    """Another live process at ``addr`` uses this member's node id: it sent us a datagram as
+    that id, or both keep raising their incarnation over each other's (``bumps`` times within a
+    minute so far). A restart leaves one such bump at most and sends nothing; a duplicate id is
+    a configuration error the core cannot resolve."""
 
     addr: Addr
     bumps: int
     at: float
 
 
-Event = Union[MemberEvent, JoinRefused, DeclaredDead, IdConflict]
+Event = Union[MemberEvent, JoinRefused, RefusedPeer, JoinAttempt, DeclaredDead, IdConflict]

@@ -5,6 +5,7 @@ Datagram layout::
     b"SW" | version (1 byte) | flags (1 byte) | body
     flags = 0: body = msgpack envelope
     flags = 1: body = nonce (12 bytes) | AES-GCM(envelope), the 4-byte prefix as associated data
+    flags = 2: body = one byte, a ``NOTICE_REASONS`` index + 1 (a *notice*, below)
 
     envelope = [cluster_name, cluster_settings, sender_id, epoch, seq, [message, ...]]
     message  = msgpack bin holding one encoded message: [type_code, field, ...]
@@ -15,6 +16,12 @@ pre-encoded, know their exact size and pack as many as fit under the MTU into on
 ``epoch`` is random per core instance and ``seq`` counts datagrams; together they let the
 receiver drop replayed datagrams (``ReplayFilter``; a 64-datagram sliding window as in IPsec).
 Replay protection is only meaningful with encryption, which authenticates the envelope.
+
+A notice tells the sender of a datagram we could not read why (other keys, no keys, another
+protocol version): a joiner with the wrong keys learns so instead of hearing nothing. It is
+unauthenticated (nothing else can be, between members that share no key), so it is only a hint
+(``Swim`` never lets one stop a member that holds keys), it is never answered, and its layout
+must stay the same in every protocol version: receivers look at its flags before the version.
 
 Decoding is strict: exact field counts and types, bounded lengths and integer ranges. Any
 failure raises ``Drop(reason)``, which the core counts; nothing else escapes ``Codec.open``.
@@ -34,13 +41,17 @@ from .messages import (
     Ack, Addr, Alive, Dead, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
 )
 
-__all__ = ["PROTOCOL_VERSION", "Drop", "Envelope", "Keyring", "Codec", "ReplayFilter"]
+__all__ = ["PROTOCOL_VERSION", "NOTICE_REASONS", "Drop", "Notice", "Envelope", "Keyring", "Codec", "ReplayFilter",
+           "encode_notice"]
 
 MAGIC = b"SW"
 PROTOCOL_VERSION = 1
 _PREFIX_LEN = 4
 _FLAG_PLAIN = 0
 _FLAG_ENCRYPTED = 1
+_FLAG_NOTICE = 2
+#: Drop reasons a notice reports back to the sender (their index + 1 is the notice's body).
+NOTICE_REASONS = ("decrypt_failed", "unencrypted", "unexpected_encrypted", "unknown_version")
 _NONCE_LEN = 12
 _TAG_LEN = 16
 _ENCRYPTION_OVERHEAD = _NONCE_LEN + _TAG_LEN
@@ -62,6 +73,21 @@ class Drop(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Notice(Drop):
+    """A notice (see the module docstring): the member we sent to dropped our datagram for
+    ``about`` (one of ``NOTICE_REASONS``); it speaks protocol ``version``."""
+
+    def __init__(self, about: str, version: int) -> None:
+        super().__init__("notice")
+        self.about = about
+        self.version = version
+
+
+def encode_notice(reason: str) -> bytes:
+    """The notice telling a sender that its datagram was dropped for ``reason``."""
+    return MAGIC + bytes((PROTOCOL_VERSION, _FLAG_NOTICE, NOTICE_REASONS.index(reason) + 1))
 
 
 class Envelope(NamedTuple):  # immutable, and cheap to build once per datagram
@@ -250,6 +276,10 @@ class Codec:
             raise Drop("truncated")
         if data[:2] != MAGIC:
             raise Drop("bad_magic")
+        if data[3] == _FLAG_NOTICE:  # before the version: notices read the same in every version
+            if len(data) != _PREFIX_LEN + 1 or not 0 < data[4] <= len(NOTICE_REASONS):
+                raise Drop("malformed")
+            raise Notice(NOTICE_REASONS[data[4] - 1], data[2])
         if data[2] != PROTOCOL_VERSION:
             raise Drop("unknown_version")
         flags = data[3]

@@ -14,10 +14,13 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
+
+from membership.seeds import DnsSeed
 
 from .errors import InvalidConfigError, InvalidMembershipError
 from .rendezvous import MAX_WEIGHT, WEIGHT_SCALE, weight_units
@@ -164,6 +167,23 @@ def host_port(text: str) -> tuple[str, int]:
     if not sep or not host.strip("[]") or not p.isdigit() or int(p) > 65535:
         raise _bad("HOST:PORT with a port in 0-65535", text)
     return host.strip("[]"), int(p)
+
+
+_DNS_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+DEFAULT_GOSSIP_PORT = 7001
+
+
+def seed(text: str) -> tuple[str, int] | DnsSeed:
+    """``HOST:PORT``, or ``dns:NAME[:PORT]`` (every A/AAAA record of NAME, resolved again before
+    each join retry; port 7001 unless given)."""
+    if not text.startswith("dns:"):
+        return host_port(text)
+    name, sep, p = text[4:].partition(":")
+    labels = name.rstrip(".").split(".")
+    if len(name) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels) \
+            or (sep and (not p.isdigit() or not 0 < int(p) <= 65535)):
+        raise _bad("HOST:PORT, or dns:NAME[:PORT] with a DNS name and a port in 1-65535", text)
+    return DnsSeed(name, int(p) if sep else DEFAULT_GOSSIP_PORT)
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -57,6 +58,8 @@ class NodeLike(Protocol):
     def snapshot(self) -> PlacementSnapshot: ...
     @property
     def ready(self) -> bool: ...
+    @property
+    def joined(self) -> bool: ...
     def members(self) -> list[MemberInfo]: ...
     def owned_partitions(self) -> frozenset[int]: ...
     def releasing_partitions(self) -> frozenset[int]: ...
@@ -164,6 +167,28 @@ class Problem(BaseModel):
 def problem(status: int, title: str, detail: str, headers: Mapping[str, str] | None = None) -> Response:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
     return Response(json.dumps(body), status_code=status, media_type=PROBLEM, headers=headers)
+
+
+#: How long a client should wait before asking a node that has not joined yet again.
+NOT_JOINED_RETRY_S = 2
+
+
+def _not_joined(node: NodeLike) -> Response | None:
+    """503 while the node has not joined (issue 16): its view holds only itself, so its answer
+    would name itself as the owner of every key."""
+    if node.joined:
+        return None
+    return problem(503, "Not joined", "this node has not joined the cluster yet (no member has answered "
+                   "through its seeds), so it cannot say who owns what: ask another node, or retry",
+                   {"Retry-After": str(NOT_JOINED_RETRY_S)})
+
+
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client is not None else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -312,7 +337,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         200: {"headers": _ETAG, "links": _PLACEMENT_LINKS,
               "content": {MSGPACK: {"schema": _ref(PlacementMsgpackOut)}}},
         304: {"description": "the snapshot still has the etag named in If-None-Match", "headers": _ETAG},
-        **_problems(422)})
+        **_problems(422, 503)})
     async def placement(
         request: Request,
         after: str | None = Query(None, max_length=64, description="long-poll: return once the etag differs"),
@@ -320,6 +345,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         if_none_match: str | None = Header(None, alias="If-None-Match",
                                            description="the quoted etag held: 304 if it is still current"),
     ) -> Response:
+        if (refusal := _not_joined(node)) is not None:
+            return refusal
         snap = node.snapshot
         if after is not None and wait > 0:
             snap = await node.wait_for_change(after, wait)
@@ -328,12 +355,15 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             return Response(status_code=304, headers={"ETag": etag})
         return _encode(request, snap.to_dict(binary=_wants_msgpack(request)), {"ETag": etag})
 
-    @app.get("/v1/owners", response_model=OwnersOut, responses={**_msgpack_too(_ref(OwnersOut)), **_problems(422)})
+    @app.get("/v1/owners", response_model=OwnersOut,
+             responses={**_msgpack_too(_ref(OwnersOut)), **_problems(422, 503)})
     async def owners(
         request: Request,
         key: str = Query(..., min_length=1, max_length=4096),
         replicas: int | None = Query(None, ge=1, le=MAX_REPLICAS, description="how many of the replica set"),
     ) -> Response:
+        if (refusal := _not_joined(node)) is not None:
+            return refusal
         snap = node.snapshot
         table = snap.table
         p = table.partition_of(key)
@@ -343,11 +373,13 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         return _encode(request, body)
 
     @app.post("/v1/route", response_model=RouteOut,
-              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 413, 415, 422)},
+              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 413, 415, 422, 503)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": RouteIn.model_json_schema()},
                   MSGPACK: {"schema": RouteIn.model_json_schema()}}}})
     async def route(request: Request) -> Response:
+        if (refusal := _not_joined(node)) is not None:
+            return refusal
         raw = await request.body()
         if len(raw) > MAX_ROUTE_BODY_BYTES:
             return problem(413, "Body too large", f"at most {MAX_ROUTE_BODY_BYTES} bytes")
@@ -407,9 +439,13 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/leave", status_code=202, response_model=Health, response_description="leaving",
-              responses=_problems(401, 403) if admin_token else {},
+              responses=_problems(401, 403) if admin_token else _problems(403),
               openapi_extra={"security": [{"adminToken": []}]} if admin_token else None)
     async def leave(request: Request) -> Response:
+        if not admin_token and not _loopback(request):
+            # Safe by default (issue 16): without a token, only a process on this host may stop it.
+            return problem(403, "Forbidden", "this node has no --admin-token, so POST /v1/leave is accepted "
+                           "only from loopback; start it with --admin-token and send Authorization: Bearer <token>")
         if admin_token:
             auth = request.headers.get("authorization", "")
             if not auth.startswith("Bearer "):

@@ -51,7 +51,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
+from membership import JoinAttempt, RefusedPeer
 from membership.aio import Member, start_member
+from membership.seeds import DnsSeed
 
 from .console.events import EventLog
 from .errors import InvalidConfigError, PlacementError
@@ -65,7 +67,8 @@ Addr = tuple[str, int]
 
 
 class JoinRefusedError(PlacementError):
-    """The cluster refused this node: its partition count, replicas or seed differ."""
+    """The cluster refused this node: its cluster name, partition count, replicas or seed differ
+    (or it has no gossip keys and the cluster encrypts). Only a node that never joined is refused."""
 
 
 class LeadershipLost(PlacementError):
@@ -81,7 +84,7 @@ class NodeConfig:
     gossip_bind: Addr = ("127.0.0.1", 7001)
     gossip_advertise: Addr | None = None
     http_advertise: str = ""  # base URL others use to reach this node's HTTP API
-    join: tuple[Addr, ...] = ()
+    join: tuple[Addr | DnsSeed, ...] = ()  # DnsSeed: every address of a DNS name (membership.seeds)
     weight: float = 1.0
     tags: Mapping[str, str] = field(default_factory=dict)
     partitions: int = 4096
@@ -95,6 +98,8 @@ class NodeConfig:
     # After being declared dead: own nothing this long after refuting (several times the p99
     # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).
     rejoin_holddown_s: float = 3.0
+    #: ``placement node`` exits (status 5) if it has not joined after this long; 0: keeps trying.
+    join_timeout_s: float = 0.0
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     #: "exclusive" (never two owners; module docstring) or "available" (owns what its own view
     #: says, at once; two owners possible during splits and freezes).
@@ -461,6 +466,9 @@ class Node:
                 )
                 self.events.append("refused", "", str(self._refused), time.time())
                 continue
+            if isinstance(event, (RefusedPeer, JoinAttempt)):
+                self._log_join_event(event)
+                continue
             if isinstance(event, DeclaredDead):
                 self.events.append("declared-dead", self.node_id, f"declared dead at incarnation {event.incarnation}; "
                                    "refuted", time.time())
@@ -487,6 +495,15 @@ class Node:
             self._recompute()
             if self._runner is not None:
                 self._runner.set_view(self.member.live_members())
+
+    def _log_join_event(self, event: RefusedPeer | JoinAttempt) -> None:
+        if isinstance(event, RefusedPeer):
+            _log.warning("refused a join from %r at %s:%d (it stops; this node carries on): %s",
+                         event.node, *event.addr, event.reason)
+            return
+        seeds = ", ".join(f"{h}:{p}" for h, p in event.seeds)
+        _log.warning("join attempt %d to %s failed: %s; next attempt in %.0f s",
+                     event.attempt, seeds, event.reason, event.retry_at - event.at)
 
     def _recompute(self) -> None:
         live = self.member.live_members()

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -27,6 +28,8 @@ import httpx
 from . import argtypes
 from .errors import InvalidConfigError, PlacementError
 from .exclusive import ExclusiveConfig
+from membership.seeds import DnsSeed
+
 from .node import Node, NodeConfig, read_key_file
 from .workers import PartitionProcessor, PartitionWorkers
 
@@ -68,7 +71,10 @@ NODE_FLAGS = (
     _NodeFlag("--id", argtypes.member_id, None, "member id, unique in the cluster (required)"),
     _NodeFlag("--gossip", argtypes.host_port, ("127.0.0.1", 7001), "UDP bind HOST:PORT (default 127.0.0.1:7001)"),
     _NodeFlag("--http", argtypes.host_port, ("127.0.0.1", 8001), "HTTP bind HOST:PORT (default 127.0.0.1:8001)"),
-    _NodeFlag("--join", argtypes.host_port, [], "seed HOST:PORT (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--join", argtypes.seed, [], "seed HOST:PORT, or dns:NAME[:PORT] for every address NAME resolves "
+              "to, resolved again before each retry (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--join-timeout", argtypes.number(0, 86400), 0.0,
+              "seconds to keep trying to join before exiting with status 5 (default 0: keep trying)"),
     _NodeFlag("--gossip-advertise", argtypes.host_port, None,
               "HOST:PORT others use to reach our gossip (required when binding 0.0.0.0)"),
     _NodeFlag("--http-advertise", argtypes.http_url, None, "base URL others use for our HTTP API"),
@@ -120,6 +126,7 @@ def config_from_args(args: argparse.Namespace,
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
+        join_timeout_s=v["join_timeout"],
     )
     return config, http
 
@@ -139,13 +146,18 @@ def _say(node_id: str, text: str) -> None:
     print(f"[{node_id}] {text}", flush=True)
 
 
-async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], PartitionProcessor] | None = None) -> int:
+async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], PartitionProcessor] | None = None,
+                work_sink: bool = False) -> int:
     """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
-    one processor per owned partition (``placement.workers``)."""
+    one processor per owned partition (``placement.workers``). ``work_sink``: also accept
+    ``POST /v1/work`` (``spark_jobs.sink``: records what it receives), so that
+    ``spark-route --deliver`` has a receiver."""
     import uvicorn
 
     from .http_api import create_app
 
+    # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr.
+    logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
     sock = _listen_http(http)
     node = Node(config)
     try:
@@ -155,14 +167,25 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
     workers = PartitionWorkers(node, worker) if worker is not None else None
     done = asyncio.Event()
-    app = create_app(node, config.admin_token, on_leave=done.set)
+    if work_sink:
+        from spark_jobs.sink import create_sink_app  # (the Spark jobs' package; imported only here)
+
+        app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
+    else:
+        app = create_app(node, config.admin_token, on_leave=done.set)
     server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None  # we handle signals: leave first, then stop
+    # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
+    # serve() whatever install_signal_handlers says, stops serving at once and raises the
+    # signal again afterwards: the node then saw its HTTP server gone and stopped abruptly.)
+    server.install_signal_handlers = lambda: None
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
+    seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
     _say(config.node_id, f"gossip {config.gossip_advertise or config.gossip_bind} http {config.http_advertise} "
-                         f"joining {list(config.join) or 'nobody (new cluster)'}")
+                         f"joining {seeds or 'nobody (new cluster)'}")
+    started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     watch = asyncio.create_task(_report(node))
     status = 0
@@ -172,6 +195,11 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         if node.refused:
             _say(config.node_id, f"error: {node.refused}")
             status = 3
+            break
+        if config.join_timeout_s and not node.joined and time.monotonic() - started > config.join_timeout_s:
+            _say(config.node_id, f"error: did not join through {seeds} within --join-timeout "
+                                 f"{config.join_timeout_s:g} s (the join attempts above say why)")
+            status = 5
             break
         if serving.done():
             _say(config.node_id, f"error: the HTTP server on {http[0]}:{http[1]} stopped")
@@ -231,7 +259,7 @@ async def _report(node: Node) -> None:
 def cmd_node(args: argparse.Namespace) -> int:
     config, http = config_from_args(args)
     worker = next(f for f in NODE_FLAGS if f.flag == "--worker").resolve(args.worker, os.environ)
-    return asyncio.run(serve(config, http, worker))
+    return asyncio.run(serve(config, http, worker, args.work_sink))
 
 
 def _get(url: str, path: str, **params) -> httpx.Response:
@@ -266,7 +294,8 @@ def cmd_owners(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    """Start N node processes on loopback, stream their output, stop them all on Ctrl-C."""
+    """Start N node processes on loopback (each also a work sink, so the README's
+    ``spark-route --deliver`` example has receivers), stream their output, stop them all on Ctrl-C."""
     for flag, first in (("--gossip-port", args.gossip_port), ("--http-port", args.http_port)):
         if first + args.nodes - 1 > 65535:
             raise InvalidConfigError(f"{flag} {first} with --nodes {args.nodes} needs ports up to "
@@ -277,7 +306,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     for i in range(args.nodes):
         cmd = [sys.executable, "-m", "placement.cli", "node", "--id", f"n{i + 1}",
                "--gossip", f"127.0.0.1:{args.gossip_port + i}", "--http", f"127.0.0.1:{args.http_port + i}",
-               "--partitions", str(args.partitions), "--replicas", str(args.replicas)]
+               "--partitions", str(args.partitions), "--replicas", str(args.replicas), "--work-sink"]
         if i:
             cmd += ["--join", seed]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
@@ -287,9 +316,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     print(f"cluster of {args.nodes} nodes; HTTP: {urls}\n"
           f"try: placement members --url http://127.0.0.1:{args.http_port}   (Ctrl-C stops all)", flush=True)
     try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-        print("a node exited; stopping the cluster", flush=True)
+        _watch(procs, args.stop_on_exit)
     except KeyboardInterrupt:
         print("\nstopping: every node leaves gracefully", flush=True)
     for p in procs:
@@ -302,6 +329,22 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if p.poll() is None:
             p.kill()
     return 0
+
+
+def _watch(procs: list[subprocess.Popen], stop_on_exit: bool) -> None:
+    """Report each node that exits; return when all have (or, with ``stop_on_exit``, at the
+    first). One node leaving - a POST /v1/leave, a crash - must not stop the others (issue 16)."""
+    running = dict(enumerate(procs, 1))
+    while running:
+        time.sleep(0.2)
+        for i, p in list(running.items()):
+            if p.poll() is not None:
+                del running[i]
+                print(f"node n{i} exited with status {p.returncode}; "
+                      + ("stopping the cluster (--stop-on-exit)" if stop_on_exit else
+                         f"{len(running)} still running" if running else "no node is left"), flush=True)
+                if stop_on_exit:
+                    return
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
@@ -317,6 +360,8 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 20.0) -> 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     node = sub.add_parser("node", help="run one node: gossip member + placement + HTTP API")
     add_node_arguments(node)
+    node.add_argument("--work-sink", action="store_true",
+                      help="also accept POST /v1/work, the endpoint spark-route --deliver sends to (records items)")
     node.set_defaults(func=cmd_node)
     for name, func, helptext in (("members", cmd_members, "list the members a node sees"),
                                  ("owners", cmd_owners, "owners of one key")):
@@ -334,5 +379,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                          help="first HTTP port (default 8001)")
     cluster.add_argument("--partitions", type=argtypes.partitions, default=4096, help="default 4096")
     cluster.add_argument("--replicas", type=argtypes.replicas, default=2, help="default 2")
+    cluster.add_argument("--stop-on-exit", action="store_true",
+                         help="stop every node when one exits (default: report it, keep the others)")
     cluster.set_defaults(func=cmd_cluster)
 

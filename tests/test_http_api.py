@@ -141,6 +141,48 @@ def test_leave_requires_admin_token():
     run(check, admin_token="s3cret")
 
 
+def test_leave_without_a_token_is_accepted_only_from_loopback():
+    """Issue 16: one request from anyone who reached the HTTP port made a node leave."""
+
+    async def main():
+        config = NodeConfig("n1", gossip_bind=("127.0.0.1", 0), partitions=64, settle_s=0.0)
+        async with Node(config) as node:
+            app = create_app(node)
+            for client_addr, status in ((("10.1.2.3", 5555), 403), (("::1", 5555), 202), (("127.0.0.1", 5555), 202)):
+                transport = httpx.ASGITransport(app=app, client=client_addr)
+                async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                    r = await client.post("/v1/leave")
+                    assert r.status_code == status, (client_addr, r.text)
+                    if status == 403:
+                        assert "--admin-token" in r.json()["detail"] and not node.leaving
+            await app.state.leave_task
+            assert node.leaving
+
+    asyncio.run(main())
+
+
+def test_a_node_that_has_not_joined_answers_ownership_queries_with_503():
+    """Issue 16: alone, its view named itself the owner of every key."""
+
+    async def main():
+        config = NodeConfig("n9", gossip_bind=("127.0.0.1", 0), join=(("127.0.0.1", 9),), partitions=64)
+        node = await Node(config).start()
+        try:
+            app = create_app(node)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+                for r in (await client.get("/v1/owners", params={"key": "k"}), await client.get("/v1/placement"),
+                          await client.post("/v1/route", json={"keys": ["k"]})):
+                    assert r.status_code == 503 and r.headers["retry-after"] == "2", r.text
+                    assert r.headers["content-type"] == "application/problem+json"
+                    assert "has not joined the cluster yet" in r.json()["detail"]
+                assert (await client.get("/v1/members")).status_code == 200  # what it knows, as it is
+                assert (await client.get("/readyz")).status_code == 503
+        finally:
+            node.close()
+
+    asyncio.run(main())
+
+
 def test_openapi_documents_every_route():
     async def check(client, node):
         spec = (await client.get("/openapi.json")).json()

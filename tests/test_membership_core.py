@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from membership import ALIVE, DEAD, LEFT, SUSPECT, IdConflict, JoinRefused, MembershipConfig, Meta, Swim
+from membership import (
+    ALIVE, DEAD, LEFT, SUSPECT, IdConflict, JoinAttempt, JoinRefused, MembershipConfig, Meta, RefusedPeer, Swim,
+)
 from membership.messages import Ack, Alive, Ping, Suspect
 from membership.queue import BroadcastQueue
 from membership_sim import SimNetwork, build_cluster, decode, forge
@@ -397,6 +399,45 @@ def test_another_live_process_with_our_id_is_reported_but_a_restart_is_not():
     assert not [e for e in core.events() if isinstance(e, IdConflict)]
 
 
+def test_a_twin_is_reported_on_both_sides_after_one_claim_each():
+    """Issue 16: a second process with an existing id went unnoticed for a long time (three
+    incarnation bumps each, carried by gossip). Each side now pings the address that claims
+    its id; the twin receives a datagram from its own id with a foreign epoch."""
+    config = MembershipConfig()
+    a_addr, b_addr = ("10.0.0.1", 1), ("10.0.0.2", 2)
+    a = Swim(config, "me", a_addr, rng=random.Random(1), now=0.0)
+    b = Swim(config, "me", b_addr, rng=random.Random(2), now=0.0, incarnation=5)
+
+    def claim(core, addr, inc, seq):
+        core.receive_datagram(forge(config, "x", [Alive("me", inc, addr, Meta())], seq=seq), ("10.0.0.3", 3), 1.0)
+        return [d for d, to in core.datagrams_to_send() if to == addr]
+
+    for d in claim(a, b_addr, 5, 1):  # the cluster holds b's record: a refutes and asks b
+        b.receive_datagram(d, a_addr, 1.1)
+    (conflict,) = [e for e in b.events() if isinstance(e, IdConflict)]
+    assert conflict.addr == a_addr and b.stats["dropped_from_self"] >= 1
+    answers = [d for d, to in b.datagrams_to_send() if to == a_addr]  # b tells a the same way
+    assert len(answers) == 1
+    a.receive_datagram(answers[0], b_addr, 1.2)
+    (conflict,) = [e for e in a.events() if isinstance(e, IdConflict)]
+    assert conflict.addr == b_addr
+    for d in [d for d, to in a.datagrams_to_send() if to == b_addr]:  # a's answer: b reported already
+        b.receive_datagram(d, a_addr, 1.3)
+    assert not [e for e in b.events() if isinstance(e, IdConflict)]
+    assert not [d for d, to in b.datagrams_to_send() if to == a_addr]  # no ping-pong between twins
+
+
+def test_a_restart_at_a_new_address_is_no_twin():
+    """The claim's ping goes to the old address: nobody, or a process with another id, is there."""
+    net = build_cluster(3, seed=25)
+    net.crash("n2")
+    net.add("n2", seeds=["n0"], addr=("10.0.0.1", 7999))  # the cluster holds n2 at 0 elsewhere
+    assert net.run_until_true(net.converged, 15.0)
+    net.run_for(5.0)
+    assert net.nodes["n2"].core.incarnation >= 1  # it refuted its old record (a claim)
+    assert not any(isinstance(e, IdConflict) for n in net.nodes.values() for e in n.events)
+
+
 def test_idle_converged_cluster_sends_no_full_state():
     net = build_cluster(8, seed=15)
     net.run_for(15.0)  # let join gossip settle
@@ -468,16 +509,107 @@ def test_every_datagram_respects_the_mtu_even_with_large_metadata():
     assert len(sizes) > 100
 
 
-def test_cluster_settings_mismatch_is_refused_with_an_event():
+def test_cluster_settings_mismatch_refuses_only_the_newcomer():
+    """Issue 16: the member a misconfigured joiner contacts used to stop too."""
     net = build_cluster(3, seed=21, config=MembershipConfig(cluster_settings="partitions=4096,replicas=3"))
     other = MembershipConfig(cluster_settings="partitions=1024,replicas=3")
     node = net.add("odd", seeds=["n0"], config=other)
     net.run_for(1.0)
-    refused = [e for e in node.events if isinstance(e, JoinRefused)]
-    assert refused and "partitions=4096" in refused[0].reason
+    (refused, *_) = [e for e in node.events if isinstance(e, JoinRefused)]
+    assert "'partitions=4096,replicas=3'" in refused.reason and "'partitions=1024,replicas=3'" in refused.reason
     assert [m.node_id for m in node.core.live_members()] == ["odd"]
     assert "odd" not in {m.node_id for m in net.nodes["n0"].core.members()}
-    assert any(isinstance(e, JoinRefused) for e in net.nodes["n0"].events)
+    seed_events = net.nodes["n0"].events
+    assert not any(isinstance(e, JoinRefused) for e in seed_events)
+    (peer, *_) = [e for e in seed_events if isinstance(e, RefusedPeer)]
+    assert peer.node == "odd" and peer.reason == refused.reason
+    net.run_for(10.0)
+    assert net.converged(["n0", "n1", "n2"])
+
+
+def test_another_cluster_name_is_refused_naming_both():
+    net = build_cluster(2, seed=23)
+    node = net.add("stranger", seeds=["n0"], config=MembershipConfig(cluster_name="staging"))
+    net.run_for(1.0)
+    (refused, *_) = [e for e in node.events if isinstance(e, JoinRefused)]
+    assert "cluster name differs" in refused.reason and "'default'" in refused.reason and "'staging'" in refused.reason
+    assert not any(isinstance(e, JoinRefused) for e in net.nodes["n0"].events)
+    assert net.converged(["n0", "n1"])
+
+
+def test_a_member_that_had_peers_ignores_a_refusal():
+    """A member left alone retries its seed; a misconfigured process now at that address must
+    not stop it (it belongs to a cluster; the other process is the newcomer)."""
+    config = MembershipConfig(cluster_settings="partitions=4096")
+    net = build_cluster(2, seed=24, config=config)
+    seed_addr = net.nodes["n0"].addr
+    net.crash("n0")
+    assert net.run_until_true(lambda: net.status("n1", "n0") == DEAD, 30.0)
+    odd = net.add("odd", config=MembershipConfig(cluster_settings="partitions=1024"), addr=seed_addr)
+    assert net.run_until_true(lambda: any(isinstance(e, RefusedPeer) for e in odd.events), 30.0)
+    assert not any(isinstance(e, JoinRefused) for e in net.nodes["n1"].events)
+    assert net.nodes["n1"].core.stats["refusals_ignored"] >= 1
+
+
+KEY_A, KEY_B = b"a" * 16, b"b" * 16
+KEY_CASES = [
+    # (cluster keys, joiner keys, what the joiner reports, does it stop)
+    ((KEY_A,), (), "it encrypts gossip and we have no keys", True),
+    ((), (KEY_A,), "it does not encrypt gossip and we do", False),
+    ((KEY_A,), (KEY_B,), "it cannot decrypt our datagrams (different gossip keys?)", False),
+]
+
+
+@pytest.mark.parametrize("cluster_keys, joiner_keys, hint, stops", KEY_CASES)
+def test_a_joiner_with_other_keys_learns_why_from_the_seeds_notice(cluster_keys, joiner_keys, hint, stops):
+    """The seed cannot read the joiner and says so (an unauthenticated notice): a joiner without
+    keys stops on it (all it hears is unauthenticated anyway), one with keys reports it only."""
+    net = build_cluster(2, seed=26, config=MembershipConfig(keys=cluster_keys))
+    joiner = net.add("new", seeds=["n0"], config=MembershipConfig(keys=joiner_keys))
+    net.run_for(2.5)  # one retry: the notice is reported with the attempt
+    refused = [e for e in joiner.events if isinstance(e, JoinRefused)]
+    attempts = [e for e in joiner.events if isinstance(e, JoinAttempt)]
+    assert attempts and hint in attempts[0].reason
+    assert bool(refused) == stops and (not stops or hint in refused[0].reason)
+    assert net.nodes["n0"].core.stats["notices_sent"] >= 1
+    assert not [e for n in ("n0", "n1") for e in net.nodes[n].events if isinstance(e, (JoinRefused, RefusedPeer))]
+    assert net.converged(["n0", "n1"])
+
+
+def test_join_retries_back_off_and_report_each_attempt():
+    config = MembershipConfig(join_retry_interval_s=2.0, join_retry_max_interval_s=10.0)
+    core = Swim(config, "me", ("10.0.0.9", 9), rng=random.Random(0), now=0.0)
+    core.join([("10.0.0.1", 1), ("10.0.0.2", 2)], 0.0)
+    attempts = []
+    now = 0.0
+    while now < 40.0:
+        now = core.get_timer()
+        core.handle_timer(now)
+        attempts += [e for e in core.events() if isinstance(e, JoinAttempt)]
+    assert [(a.attempt, a.at, a.retry_at) for a in attempts[:5]] == [
+        (1, 2.0, 6.0), (2, 6.0, 14.0), (3, 14.0, 24.0), (4, 24.0, 34.0), (5, 34.0, 44.0)]
+    assert attempts[0].seeds == (("10.0.0.1", 1), ("10.0.0.2", 2)) and attempts[0].reason == "no answer"
+    assert core.stats["join_attempts"] == 2 * 6
+
+
+def test_a_join_attempt_names_what_the_seed_sent_that_we_dropped():
+    config = MembershipConfig(keys=(b"k" * 16,))
+    core = Swim(config, "me", ("10.0.0.9", 9), rng=random.Random(0), now=0.0)
+    core.join([("10.0.0.1", 1)], 0.0)
+    foreign = MembershipConfig(keys=(b"x" * 16,))
+    core.receive_datagram(forge(foreign, "seed", [Alive("seed", 0, ("10.0.0.1", 1), Meta())]), ("10.0.0.1", 1), 0.1)
+
+    def next_attempt():
+        while True:
+            core.handle_timer(core.get_timer())
+            attempts = [e for e in core.events() if isinstance(e, JoinAttempt)]
+            if attempts:
+                return attempts
+
+    (attempt,) = next_attempt()
+    assert attempt.reason == "10.0.0.1:1: its datagrams do not decrypt with our keys (different gossip keys?)"
+    (attempt,) = next_attempt()
+    assert attempt.reason == "no answer"  # what came back since the previous attempt
 
 
 def test_other_cluster_name_is_dropped():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from membership import MembershipConfig, Meta, Swim
 from membership.messages import Ack, Alive, Dead, Nack, Ping, PingReq, PushPull, Refuse, Suspect
-from membership.wire import Codec, Drop, Keyring, ReplayFilter
+from membership.wire import Codec, Drop, Keyring, ReplayFilter, encode_notice
 from membership_sim import SimNetwork, build_cluster, decode, forge
 
 KEY1, KEY2, KEY3 = b"1" * 32, b"2" * 16, b"3" * 24
@@ -150,7 +150,8 @@ def test_truncated_datagrams_are_dropped(data):
         core.receive_datagram(valid[:cut], ("10.6.6.6", 6), 1.0)
         assert snapshot(core) == before
         assert core.stats["dropped"] == 1
-        assert core.datagrams_to_send() == []
+        # nothing but, for a datagram that does not decrypt, a notice saying so (5 bytes)
+        assert all(d.startswith(b"SW\x01\x02") and len(d) == 5 for d, _ in core.datagrams_to_send())
 
 
 @FUZZ
@@ -184,6 +185,30 @@ def test_mutated_plaintext_datagrams_never_raise_or_break_the_view(data):
         assert m.status in {"alive", "suspect", "dead", "left"} and m.incarnation >= 0
     for out, _ in core.datagrams_to_send():
         assert len(out) <= cfg.mtu_bytes
+
+
+def test_a_datagram_we_cannot_read_gets_one_notice_a_second_and_notices_are_never_answered():
+    cfg, core = _fuzz_target((KEY1,))
+    foreign = forge(MembershipConfig(keys=(b"y" * 16,)), "x1", [Nack(1)])
+    sender = ("10.6.6.6", 6)
+    for t in (1.0, 1.5, 2.1):
+        core.receive_datagram(foreign, sender, t)
+    notices = core.datagrams_to_send()
+    assert notices == [(encode_notice("decrypt_failed"), sender)] * 2 and core.stats["notices_sent"] == 2
+    core.receive_datagram(encode_notice("decrypt_failed"), sender, 5.0)
+    assert core.datagrams_to_send() == [] and core.stats["dropped_notice"] == 1
+    assert core.stats["dropped_malformed"] == 0
+    core.receive_datagram(encode_notice("decrypt_failed")[:4] + b"\x09", sender, 5.0)  # no such reason
+    assert core.stats["dropped_malformed"] == 1
+
+
+def test_a_notice_is_read_before_the_version_byte():
+    other_version = bytearray(encode_notice("unknown_version"))
+    other_version[2] = 9
+    cfg, core = _fuzz_target()
+    core.join([("10.6.6.6", 6)], 1.0)
+    core.receive_datagram(bytes(other_version), ("10.6.6.6", 6), 1.1)
+    assert core.stats["dropped_notice"] == 1 and core.stats["dropped_unknown_version"] == 0
 
 
 def test_specific_bad_datagrams_are_counted_by_reason():
