@@ -122,16 +122,13 @@ def test_the_pods_settings_parse_with_the_cli():
 
 
 def test_the_seeds_are_the_headless_service_by_dns():
-    """``--join dns:NAME:PORT`` names the headless Service and the gossip port. Parsing it needs
-    the ``dns:`` seed syntax (issue 13 item 3, another branch): until that is merged this test
-    is an expected failure, and it says so."""
+    """``--join dns:NAME:PORT`` names the headless Service and the gossip port, and the node's
+    own parser reads it as a DNS seed (issue 13 item 3)."""
     env = pod_environment()
     m = re.fullmatch(r"dns:([a-z0-9-]+):(\d+)", env["PLACEMENT_JOIN"])
     assert m, f"PLACEMENT_JOIN should be dns:SERVICE:PORT, got {env['PLACEMENT_JOIN']!r}"
     assert m.group(1) == resources()["StatefulSet/placement"]["spec"]["serviceName"] and m.group(2) == "7001"
     config, _ = config_from_args(build_parser().parse_args(container()["args"]), env)
-    if config.join and isinstance(config.join[0], tuple) and config.join[0][0].startswith("dns:"):
-        pytest.xfail("this build reads dns:NAME:PORT as HOST:PORT with a host named 'dns:NAME'")
     assert [str(s) for s in config.join] == [env["PLACEMENT_JOIN"]]
 
 
