@@ -202,14 +202,14 @@ class LocalSinkCluster:
         await self.converged(n)
 
     async def converged(self, n: int, nodes: list[Node] | None = None, timeout_s: float = 15.0) -> None:
-        """Wait until ``nodes`` (default all) see ``n`` members, agree, own every partition once
-        (exclusive ownership moves by handoff, a little after the views agree), and every server
-        listens."""
+        """Wait until ``nodes`` (default all) see ``n`` members, agree, each hold exactly the
+        partitions it leads (exclusive ownership moves by handoff, a little after the views agree;
+        "every partition held once" alone is also true while the first node still holds them all),
+        and every server listens."""
         nodes = nodes or self.nodes
 
         def owned_once() -> bool:
-            owned = [x.owned_partitions() for x in nodes]
-            return sum(map(len, owned)) == nodes[0].table.partitions == len(frozenset().union(*owned))
+            return all(set(x.owned_partitions()) == set(x.table.owned_by(x.node_id, leader_only=True)) for x in nodes)
 
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not (all(len(x.table.members) == n for x in nodes) and len({x.table.checksum for x in nodes}) == 1

@@ -148,8 +148,9 @@ class SinkProcesses:
             seed = seed or f"127.0.0.1:{gossip}"
 
     def converged(self, indices: list[int], timeout_s: float = 90.0) -> None:
-        """Wait until the sinks ``indices`` agree on a placement of exactly them, and each of its
-        partitions is owned (exclusive ownership: after the handoffs) by exactly one of them."""
+        """Wait until the sinks ``indices`` agree on a placement of exactly them and each holds
+        exactly the partitions it leads in it (exclusive ownership: the handoffs are done; "every
+        partition held once" alone is also true while the first node still holds them all)."""
         want = {f"n{i + 1}" for i in indices}
         deadline, last = time.monotonic() + timeout_s, "no answer yet"
         while time.monotonic() < deadline:
@@ -161,7 +162,8 @@ class SinkProcesses:
             else:
                 last = f"members {[sorted(s.table.members) for s in snaps]}, owned {[len(o) for o in owned]}"
                 if (all(set(s.table.members) == want for s in snaps) and len({s.checksum for s in snaps}) == 1
-                        and sum(map(len, owned)) == len(set().union(*owned)) == P):
+                        and all(o == snaps[0].table.owned_by(f"n{i + 1}", leader_only=True)
+                                for i, o in zip(indices, owned))):
                     return
             for i in indices:
                 assert self.procs[i].poll() is None, f"sink n{i + 1} exited with {self.procs[i].returncode}"
