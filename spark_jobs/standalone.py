@@ -25,6 +25,10 @@ machine the executors' Python is the driver's). Each daemon runs in its own proc
     with StandaloneCluster(Path("/tmp/sc"), workers=2) as cluster:
         subprocess.run(["placement", "spark-sweep", "--out", "out", "--master", cluster.master_url],
                        env={**os.environ, **cluster.driver_env()})
+
+From the shell (``main``): ``python -m spark_jobs.standalone -- placement spark-sweep --out out
+--master {master}`` runs one command against a fresh cluster; without a command it stays up
+until Ctrl-C and prints the environment a driver needs.
 """
 
 from __future__ import annotations
@@ -183,6 +187,10 @@ class StandaloneCluster:
             time.sleep(0.2)
 
     # ----- use -----------------------------------------------------------------------------
+    def running(self) -> bool:
+        """True while every daemon started is still running."""
+        return bool(self._procs) and all(proc.poll() is None for _, proc in self._procs)
+
     def driver_env(self) -> dict[str, str]:
         """Environment for a driver process (``placement spark-*`` or ``spark-submit``) on this machine."""
         return {"SPARK_HOME": str(self.spark_home), "SPARK_CONF_DIR": str(self.conf_dir),
@@ -228,3 +236,51 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)  # start_new_session: the group id is the daemon's pid
     except ProcessLookupError:
         pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spark_jobs.standalone [--workers 2] ... [-- COMMAND ...]``: start a cluster, then
+    run COMMAND with the driver environment (``{master}`` in it becomes the master URL) and stop,
+    or without COMMAND print how to use the cluster and keep it up until Ctrl-C."""
+    import argparse
+    import shlex
+    import tempfile
+
+    from placement import argtypes
+
+    ap = argparse.ArgumentParser(prog="python -m spark_jobs.standalone", description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=argtypes.integer(1, 16), default=2, help="1-16 (default 2)")
+    ap.add_argument("--cores", type=argtypes.integer(1, 256), default=1, help="cores per worker (default 1)")
+    ap.add_argument("--memory", default="512m", help="memory per worker and executor (default 512m)")
+    ap.add_argument("--dir", help="logs, conf and work dirs (default: a new temp dir)")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... ({master}: the master URL)")
+    args = ap.parse_args(argv)
+    if not re.fullmatch(r"[0-9]+[kmgt]", args.memory.lower()):
+        ap.error(f"--memory {args.memory!r}: give a size like 512m or 2g")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    root = Path(args.dir or tempfile.mkdtemp(prefix="spark-standalone-"))
+    try:
+        cluster = StandaloneCluster(root, args.workers, args.cores, args.memory).start()
+    except PlacementError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        env = cluster.driver_env()
+        if command:
+            return subprocess.run([c.replace("{master}", cluster.master_url) for c in command],
+                                  env={**os.environ, **env}).returncode
+        print(f"master {cluster.master_url} (web UI {cluster.web_url}); logs and work dirs in {root}\n"
+              f"in another shell:\n  export {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())}\n"
+              f"  placement spark-sweep --out out/sweep --master {cluster.master_url}\nCtrl-C stops it", flush=True)
+        while cluster.running():
+            time.sleep(0.5)
+        print("a Spark daemon exited; stopping", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
