@@ -90,10 +90,10 @@ class StandaloneCluster:
     # ----- start ---------------------------------------------------------------------------
     def start(self, timeout_s: float = 180.0) -> StandaloneCluster:
         """Start the master, then the workers; return once all workers are registered and alive."""
-        require_java()
         spark_class = self.spark_home / "bin" / "spark-class"
         if not os.access(spark_class, os.X_OK):
             raise ClusterStartError(f"no {spark_class}: set SPARK_HOME to a Spark distribution")
+        require_java()
         self._write_conf()
         deadline = time.monotonic() + timeout_s
         try:

@@ -258,3 +258,21 @@ def test_sweep_runs_on_the_cluster(spark_standalone, tmp_path):
     assert sorted(table["lifeguard"]) == [False, True] and table["error"].isna().all()
     assert (table["detection_s_n"] == 1).all()
     assert "placement spark-sweep" in [a["name"] for a in spark_standalone.status()["completedapps"]]
+
+
+# ----- bad input -----------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [(["--workers", "0"], "--workers"), (["--memory", "lots"], "--memory")])
+def test_standalone_command_rejects_bad_values_before_starting_anything(argv, message, capsys):
+    from spark_jobs.standalone import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_spark_home_without_spark_class_is_named(tmp_path, monkeypatch):
+    from spark_jobs.standalone import ClusterStartError, StandaloneCluster
+
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    with pytest.raises(ClusterStartError, match="spark-class"):
+        StandaloneCluster(tmp_path / "cluster").start()
