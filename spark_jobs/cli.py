@@ -75,13 +75,15 @@ def cmd_route(args: argparse.Namespace) -> int:
             raise PlacementError("--deliver needs --url: a members file has no HTTP addresses")
         snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed)
     spark = get_session(args.master, "placement spark-route")
+    engine = route.choose_engine(spark, args.engine, snapshot.table.partitions)
     routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot,
-                                 engine=args.engine)
+                                 engine=engine)
     if args.deliver:
         options = DeliveryOptions(batch_size=args.batch_size, max_attempts=args.max_attempts)
         report = route.deliver(spark, routed, args.key_column, snapshot, args.url, options, args.work_dir)
     else:
         report = route.write_by_owner(spark, routed, args.key_column, snapshot, args.output)
+    report.engine = engine
     print(report.render())
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:

@@ -25,9 +25,13 @@ import sys
 import tempfile
 import weakref
 import zipfile
+from importlib import resources
 from pathlib import Path
 
-SOURCES = (Path(__file__).with_name("jvm") / "KeyPartition.java", Path(__file__).with_name("jvm") / "PartitionLeader.java")
+# Read through importlib.resources, not as files: under ``spark-submit --py-files pkgs.zip`` the
+# driver imports this package from the zip, where ``Path(__file__)`` is no directory.
+SOURCES = tuple(resources.files(__package__).joinpath("jvm", name) for name in ("KeyPartition.java",
+                                                                               "PartitionLeader.java"))
 # SQL function name -> class
 FUNCTIONS = {"placement_key_partition": "placement.spark.KeyPartition",
              "placement_partition_leader": "placement.spark.PartitionLeader"}
@@ -77,16 +81,20 @@ def build_jar(out: Path | None = None) -> Path:
         raise JvmUdfUnavailable(f"no Spark jars at {jars} to compile against (set SPARK_HOME)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="placement-udf-") as tmp:
-        proc = subprocess.run([javac, "--release", "17", "-nowarn", "-d", tmp, "-cp", str(jars / "*"),
-                               *map(str, SOURCES)],
+        sources = [Path(tmp) / "src" / s.name for s in SOURCES]  # javac wants files; the sources may be in a zip
+        sources[0].parent.mkdir()
+        for source, copy in zip(SOURCES, sources):
+            copy.write_bytes(source.read_bytes())
+        proc = subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(Path(tmp) / "classes"),
+                               "-cp", str(jars / "*"), *map(str, sources)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise JvmUdfUnavailable(f"javac failed: {proc.stderr.strip()[:2000]}")
         partial = out.with_suffix(f".{os.getpid()}.tmp")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: spark_jobs.jvm\n\n")
-            for cls in sorted(Path(tmp).rglob("*.class")):
-                jar.write(cls, cls.relative_to(tmp).as_posix())
+            for cls in sorted((Path(tmp) / "classes").rglob("*.class")):
+                jar.write(cls, cls.relative_to(Path(tmp) / "classes").as_posix())
         os.replace(partial, out)  # atomic: concurrent builders never see half a jar
     return out
 

@@ -170,17 +170,26 @@ def assign_owners(spark, df, key_column: str, snapshot: PlacementSnapshot, with_
     if with_ids:
         df = df.withColumn(ITEM_ID, F.monotonically_increasing_id())
     router = Router.of(snapshot)
-    if engine != "python":
-        reason = jvm_unavailable(spark, router.partitions)
-        if reason is None:
-            return _assign_jvm(df, key_column, router)
-        if engine == "jvm":
-            raise PlacementError(f"the JVM key hash is unavailable: {reason}")
-        if reason not in _WARNED:
-            _WARNED.add(reason)
-            log.warning("owner assignment runs in Python workers (same owners, slower): the JVM key hash "
-                        "is unavailable: %s", reason)
+    if choose_engine(spark, engine, router.partitions) == "jvm":
+        return _assign_jvm(df, key_column, router)
     return _assign_python(spark, df, key_column, router)
+
+
+def choose_engine(spark, engine: str, partitions: int) -> str:
+    """The engine ``assign_owners(engine=engine)`` uses: ``jvm`` or ``python``. ``auto`` falls
+    back to ``python`` with a warning saying why (logged once per reason); ``jvm`` raises then."""
+    if engine == "python":
+        return engine
+    reason = jvm_unavailable(spark, partitions)
+    if reason is None:
+        return "jvm"
+    if engine == "jvm":
+        raise PlacementError(f"the JVM key hash is unavailable: {reason}")
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        log.warning("owner assignment runs in Python workers (same owners, slower): the JVM key hash "
+                    "is unavailable: %s", reason)
+    return "python"
 
 
 def _assign_jvm(df, key_column: str, router: Router):
@@ -275,6 +284,7 @@ class RouteReport:
     duplicated: int = 0  # input items with more than one outcome (must be 0)
     failed_items: list[dict[str, Any]] = field(default_factory=list)  # first MAX_FAILED_LISTED
     outcomes_path: str = ""
+    engine: str = ""  # where owners were computed: "jvm" (key-hash UDF) or "python" (workers)
 
     @property
     def accounted(self) -> bool:
@@ -285,7 +295,8 @@ class RouteReport:
         return {**asdict(self), "accounted": self.accounted}
 
     def render(self) -> str:
-        lines = [f"{self.mode} job {self.job}: {self.input_items} items, placement {self.checksum[:12]}"]
+        lines = [f"{self.mode} job {self.job}: {self.input_items} items, placement {self.checksum[:12]}"
+                 + (f", owners computed by the {self.engine} engine" if self.engine else "")]
         lines += [f"  {owner:<16}{count:>10}" for owner, count in sorted(self.per_owner.items())]
         done = "delivered" if self.mode == "deliver" else "written"
         lines.append(f"  {done} {self.delivered}  failed {self.failed}  batches {self.batches}  retries "

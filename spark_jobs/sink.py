@@ -21,7 +21,7 @@ The delivery contract (what any receiving application implements):
 
 Run one as an example (same flags as ``placement node``)::
 
-    python -m spark_jobs.sink --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001
+    python -m spark_jobs.sink --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001 [--journal n1.jsonl]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import threading
 from collections import Counter
 from typing import Any
@@ -37,6 +38,7 @@ from fastapi import FastAPI, Response
 from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
+from placement.errors import PlacementError
 from placement.guard import Misdirected, NotYetOwned
 from placement.http_api import create_app
 from placement.node import Node
@@ -57,26 +59,38 @@ class WorkBatch(BaseModel):
 
 
 class WorkLog:
-    """What a sink received: item ids per job (for idempotence) and counters. Thread-safe."""
+    """What a sink received: item ids per job (for idempotence) and counters. Thread-safe.
 
-    def __init__(self) -> None:
+    With a ``journal`` path, every accepted batch is also appended there as one JSON line
+    (``{"job", "items": [[id, key], ...new items], "duplicates": d}``) and flushed *before* the
+    200 is sent: what a sink acknowledged survives a ``kill -9`` of its process (not a power
+    loss: there is no fsync), so its own counts can be checked against a job's report after it
+    died. ``read_journal`` sums such a file up.
+    """
+
+    def __init__(self, journal: str | None = None) -> None:
         self._lock = threading.Lock()
         self.received: dict[str, dict[int, str]] = {}  # job -> item id -> key
         self.duplicates = 0
         self.batches = 0
         self.misdirected_batches = 0
+        self._journal = open(journal, "a", encoding="utf-8") if journal else None  # open while the sink runs
 
     def accept(self, batch: WorkBatch) -> tuple[int, int]:
         with self._lock:
             seen = self.received.setdefault(batch.job, {})
-            new = 0
+            new = []
             for item in batch.items:
                 if item.id not in seen:
                     seen[item.id] = item.key
-                    new += 1
+                    new.append(item)
             self.batches += 1
-            self.duplicates += len(batch.items) - new
-            return new, len(batch.items) - new
+            self.duplicates += len(batch.items) - len(new)
+            if self._journal is not None:
+                self._journal.write(json.dumps({"job": batch.job, "items": [[it.id, it.key] for it in new],
+                                                "duplicates": len(batch.items) - len(new)}) + "\n")
+                self._journal.flush()
+            return len(new), len(batch.items) - len(new)
 
     def misdirected(self) -> None:
         with self._lock:
@@ -89,6 +103,24 @@ class WorkLog:
     def keys(self, job: str) -> Counter:
         with self._lock:
             return Counter(self.received.get(job, {}).values())
+
+
+def read_journal(path: str, job: str) -> tuple[dict[int, str], int]:
+    """What a ``WorkLog`` journal says a sink took for ``job``: ({item id: key}, duplicates).
+
+    A last line cut short by a kill is ignored (it was not flushed, so never acknowledged)."""
+    items: dict[int, str] = {}
+    duplicates = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if entry["job"] == job:
+                items.update((int(i), key) for i, key in entry["items"])
+                duplicates += entry["duplicates"]
+    return items, duplicates
 
 
 def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs: Any) -> FastAPI:
@@ -113,11 +145,11 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
     return app
 
 
-async def serve_sink(node: Node, host: str, port: int) -> None:
-    """Serve ``create_sink_app(node)`` until cancelled, then leave the cluster."""
+async def serve_sink(node: Node, host: str, port: int, log: WorkLog | None = None) -> None:
+    """Serve ``create_sink_app(node, log)`` until cancelled, then leave the cluster."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(create_sink_app(node), host=host, port=port, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(create_sink_app(node, log), host=host, port=port, log_level="warning",
                                            lifespan="off"))
     try:
         await server.serve()
@@ -170,14 +202,14 @@ class LocalSinkCluster:
         await self.converged(n)
 
     async def converged(self, n: int, nodes: list[Node] | None = None, timeout_s: float = 15.0) -> None:
-        """Wait until ``nodes`` (default all) see ``n`` members, agree, own every partition once
-        (exclusive ownership moves by handoff, a little after the views agree), and every server
-        listens."""
+        """Wait until ``nodes`` (default all) see ``n`` members, agree, each hold exactly the
+        partitions it leads (exclusive ownership moves by handoff, a little after the views agree;
+        "every partition held once" alone is also true while the first node still holds them all),
+        and every server listens."""
         nodes = nodes or self.nodes
 
         def owned_once() -> bool:
-            owned = [x.owned_partitions() for x in nodes]
-            return sum(map(len, owned)) == nodes[0].table.partitions == len(frozenset().union(*owned))
+            return all(set(x.owned_partitions()) == set(x.table.owned_by(x.node_id, leader_only=True)) for x in nodes)
 
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not (all(len(x.table.members) == n for x in nodes) and len({x.table.checksum for x in nodes}) == 1
@@ -216,12 +248,21 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n\n")[0])
     add_node_arguments(parser)
-    config, (host, port) = config_from_args(parser.parse_args(argv))
+    parser.add_argument("--journal", metavar="FILE",
+                        help="append every accepted batch here as a JSON line, flushed before the 200")
+    args = parser.parse_args(argv)
+    try:
+        config, (host, port) = config_from_args(args)
+        log = WorkLog(args.journal)
+    except PlacementError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        parser.error(f"--journal {args.journal}: {exc.strerror or exc}")
 
     async def run() -> None:
         node = await Node(config).start()
         print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
-        await serve_sink(node, host, port)
+        await serve_sink(node, host, port, log)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())

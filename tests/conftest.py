@@ -1,6 +1,9 @@
-"""One SparkSession for the whole test run (starting one costs ~10 s); only the Spark fixture lives here."""
+"""One SparkSession and one Spark standalone cluster for the whole test run (each costs 10-30 s to start);
+only the Spark fixtures live here."""
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,29 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory):
+    """A Spark standalone master and two workers (1 core, 512 MB each) on 127.0.0.1, started once
+    per run from the installed pyspark (``spark_jobs.standalone``); executors import this checkout."""
+    pytest.importorskip("pyspark", reason="pyspark not installed (pip install -e '.[dev]')")
+    from spark_jobs.session import JavaMissingError
+    from spark_jobs.standalone import StandaloneCluster
+
+    repo = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+    # Short jobs on 2 shared cores: few shuffle partitions, and the JIT's first tier only (less
+    # compiling; a test job ends before C2 would pay off).
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), workers=2, cores=1, memory="512m",
+                                env={"PYTHONPATH": pythonpath}, conf={"spark.sql.shuffle.partitions": "4"},
+                                java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    try:
+        cluster.start()
+    except JavaMissingError as exc:
+        pytest.skip(f"Spark tests need Java: {exc}")
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

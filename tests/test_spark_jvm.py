@@ -3,7 +3,13 @@ bit, both owner-assignment engines agree with the table row for row, and without
 falls back to Python workers with a reason."""
 
 import logging
+import os
 import random
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -103,3 +109,26 @@ def test_building_the_jar_without_a_jdk_says_what_to_install(monkeypatch, tmp_pa
     monkeypatch.setenv(jvm.ENV, str(tmp_path / "missing.jar"))
     with pytest.raises(jvm.JvmUdfUnavailable, match="not a file"):
         jvm.ensure_jar()
+
+
+def test_the_jar_builds_from_a_py_files_zip(tmp_path):
+    """Under ``spark-submit --py-files pkgs.zip`` the driver imports spark_jobs from the zip: the
+    Java sources must be read from there (same cache key as from the checkout) and still compile."""
+    if shutil.which("javac") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no javac to build the JVM key hash")
+    repo = Path(__file__).resolve().parents[1]
+    pkgs = tmp_path / "pkgs.zip"
+    with zipfile.ZipFile(pkgs, "w") as z:
+        for path in sorted((repo / "spark_jobs").rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                z.write(path, path.relative_to(repo).as_posix())
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from spark_jobs import jvm; "
+            "assert '.zip' in jvm.__file__, jvm.__file__; print(jvm.jar_path()); "
+            "print(jvm.build_jar(jvm.Path(sys.argv[2])))")
+    env = {**os.environ, "PYTHONPATH": str(repo)}  # placement etc. from the checkout, spark_jobs from the zip
+    proc = subprocess.run([sys.executable, "-c", code, str(pkgs), str(tmp_path / "udf.jar")], env=env,
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    cache_key, built = proc.stdout.split()
+    assert cache_key == str(jvm.jar_path())
+    assert "placement/spark/KeyPartition.class" in zipfile.ZipFile(built).namelist()
