@@ -18,9 +18,18 @@ Two implementations share that definition:
   non-increasing function of H, so the order inside a weight group is simply H desc, id
   asc. We therefore take each group's top-k by H with numpy ``argmax`` on raw 64-bit hashes
   (no logarithm), and compute L and draw only for those few candidates per partition.
-  With G distinct weights this scores k*G candidates instead of N members; a cluster
-  whose members all have different weights falls back to scoring everyone (same result,
-  slower). ``tests/test_rendezvous.py`` checks both against each other.
+  With G distinct weights this scores k*G candidates instead of N members.
+* ``rank_many`` with many distinct weights (load- or capacity-derived weights): no group
+  structure to exploit, so every member is screened with a cheap *lower bound* of its
+  draw - the high 32 bits of 2**64 - H (``hashing.pair_gaps_np``, no logarithm) times
+  1/W in float32 - and the k+1 smallest bounds per partition are kept. The k best by
+  bound are scored exactly; if the largest exact draw among them is below the (k+1)-th
+  bound, no other member can enter the top k, and the order inside it is the exact
+  integer one. Otherwise (a near tie: ~0.1 % of partitions at N = 1,000) the partition
+  is re-ranked from a wider candidate set chosen with float64 logarithms. Floats only
+  ever *exclude* members with a proven margin; the decision stays integer.
+
+``tests/test_rendezvous.py`` checks every path against ``rank_one`` with property tests.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from .hashing import (
     partition_hash,
     partition_hashes,
     fmix64_np,
+    pair_gaps_np,
+    premix_np,
 )
 
 WEIGHT_SCALE: Final = 1 << 16  # weights are quantised to 1/65536
@@ -48,6 +59,7 @@ _BLOCK_ELEMS: Final = 1 << 16  # ~512 KiB of uint64 per block: stays in L2
 _MAX_GROUP_CANDIDATES: Final = 32  # beyond k * (distinct weights) this, prune with floats
 _NO_DRAW: Final = np.uint64((1 << 64) - 1)  # above any real draw: L << 26 leaves 26 zero bits
 _PRUNE_REL: Final = 1e-5  # relative slack of the float pre-selection (true error < 1e-6)
+_LN2: Final = 0.6931471805599453
 
 
 def weight_units(member_id: str, weight: float) -> int:
@@ -180,17 +192,81 @@ def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ra
     units = members.units
     weights = np.unique(units)
     if len(weights) * k > max(_MAX_GROUP_CANDIDATES, len(members) // 4):
-        cand_idx, cand_h = _candidates_float_pruned(hp, members, k)
+        ranked, unsure = _rank_by_gap(hp, members, k)
+        if len(unsure):
+            again = _rank_candidates(*_candidates_float_pruned(hp[unsure], members, k), units, k)
+            ranked.idx[unsure], ranked.h[unsure], ranked.draw[unsure] = again.idx, again.h, again.draw
     else:
-        cand_idx, cand_h = _candidates_by_group(hp, members, weights, k)
-    cand_draw = draws_np(cand_h, units[cand_idx])
-    cand_draw[cand_idx < 0] = _NO_DRAW  # padding of the pruned path never wins
-    ranked = _select(cand_idx, cand_h, cand_draw, k)
+        ranked = _rank_candidates(*_candidates_by_group(hp, members, weights, k), units, k)
     if k > 1:  # a masked slot (0) may have shadowed a member whose H really is 0
         suspect_rows = np.flatnonzero((ranked.h[:, 1:] == 0).any(axis=1))
         for r in suspect_rows:
             _fill_row(ranked, r, int(partitions[r]), members, seed)
     return ranked
+
+
+def _rank_candidates(cand_idx: np.ndarray, cand_h: np.ndarray, units: np.ndarray, k: int) -> Ranked:
+    """Exact draws of candidate sets (member index -1: padding) and their top k."""
+    cand_draw = draws_np(cand_h, units[cand_idx])
+    cand_draw[cand_idx < 0] = _NO_DRAW  # padding of the pruned path never wins
+    return _select(cand_idx, cand_h, cand_draw, k)
+
+
+def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.ndarray]:
+    """Top-k of every row where the gap bound proves it, and the rows where it does not.
+
+    Bound (derivation in ``hashing``): with G from ``pair_gaps_np``, d = 1 - u >= (G-1)/2**32,
+    -log2(u) >= d/ln 2, and L (``neg_log2_fp``) is within 1e-7 relative and 2**-30
+    absolute of -log2(u), so the exact draw D = (L << 26) // W satisfies
+
+        D >= 2**26/ln2 * G/W * (1 - 1e-7) - 2**26 * (1/ln2 + 4)/W - 1.
+
+    q = float32(G) * float32(1/W) overstates G/W by at most three roundings (2**-24 each),
+    so ``floor(q)`` below, with 10x slack on the relative terms, is a lower bound of D for
+    every member whose q is at least q. The top k by q are scored exactly; a row is sure
+    when its k-th exact draw is below floor(q of the (k+1)-th), as then every other member
+    draws strictly more (no tie-break involved).
+    """
+    top, q_next = _top_by_gap(hp, members, k)
+    units = members.units
+    cand_h = fmix64_np(hp[:, None] ^ members.hashes[top])
+    ranked = _select(top, cand_h, draws_np(cand_h, units[top]), k)
+    scale = 2.0**DRAW_SHIFT / _LN2
+    floor = scale * q_next.astype(np.float64) * (1 - _PRUNE_REL) - 2.0**DRAW_SHIFT * 5 / float(units.min()) - 2
+    unsure = np.flatnonzero(ranked.draw[:, -1].astype(np.float64) * (1 + _PRUNE_REL) >= floor)
+    return ranked, unsure
+
+
+def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k members of smallest q = G/W (float32) and the (k+1)-th smallest q.
+
+    Blocks of rows keep the scratch matrices in cache; a row's k+1 smallest come from
+    repeated argmin with the found entry masked to +inf (cheaper than a partition for
+    small k). With exactly k members the next q is +inf: every member is in the top k.
+    """
+    rows, n = len(hp), len(members)
+    row_mix, col_mix = premix_np(hp), premix_np(members.hashes)
+    inv_w = (1.0 / members.units.astype(np.float64)).astype(np.float32)
+    block = max(1, _BLOCK_ELEMS // n)
+    x = np.empty((min(block, rows), n), dtype=np.uint64)
+    tmp = np.empty_like(x)
+    q = np.empty(x.shape, dtype=np.float32)
+    top = np.empty((rows, k), dtype=np.int32)
+    q_next = np.full(rows, np.inf, dtype=np.float32)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        m = stop - start
+        qb = q[:m]
+        np.copyto(qb, pair_gaps_np(row_mix[start:stop], col_mix, x[:m], tmp[:m]), casting="unsafe")
+        qb *= inv_w
+        ar = np.arange(m)
+        for j in range(k):
+            col = qb.argmin(axis=1)
+            top[start:stop, j] = col
+            qb[ar, col] = np.inf
+        if n > k:
+            q_next[start:stop] = qb.min(axis=1)
+    return top, q_next
 
 
 def _candidates_by_group(
