@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from placement import InvalidMembershipError
-from placement import rendezvous
+from placement import hashing as H, rendezvous
 from placement.hashing import fmix64_np, partition_hashes
 from placement.rendezvous import Members, rank_many, rank_one, validate_members
 
@@ -29,7 +29,7 @@ def test_rank_many_equals_rank_one(weights, k, seed):
 
 
 def test_all_distinct_weights_path_equals_reference():
-    """Every member in its own weight group: the 'score everyone' path."""
+    """Every member its own weight, 3 replicas."""
     weights = {f"m{i}": 1.0 + i / 64 for i in range(60)}
     ms = Members.build(validate_members(weights), 7)
     parts = np.arange(500)
@@ -111,6 +111,54 @@ def test_gap_bound_path_settles_almost_every_partition():
     for k in (1, 3):
         ranked, unsure = rendezvous._rank_by_gap(partition_hashes(np.arange(20000), 3), ms, k)
         assert 0 < len(unsure) < 20000 // 20
+
+
+def _member_hash_giving(h: int, hp: int) -> int:
+    """A member hash whose pair hash with partition hash hp is exactly h (fmix64 inverted:
+    the 33-bit xorshift is an involution, the multipliers are odd)."""
+    mask = (1 << 64) - 1
+    for mult in (H._C2, H._C1):
+        h ^= h >> 33
+        h = (h * pow(mult, -1, 1 << 64)) & mask
+    return (h ^ (h >> 33)) ^ hp
+
+
+def test_member_hash_giving_inverts_the_pair_hash():
+    hp = H.partition_hash(3, 9)
+    for h in (0, 1, 2**63, 2**64 - 1, 0x0123456789ABCDEF):
+        assert H.pair_hash(hp, _member_hash_giving(h, hp)) == h
+
+
+edge_h = st.one_of(
+    st.sampled_from([0, 1, 2, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 2**33, 2**64 - 2**32, 2**64 - 2, 2**64 - 1]),
+    st.integers(0, 2**64 - 1),
+    st.integers(2**64 - 2**34, 2**64 - 1),  # u within 2**-30 of 1: the winners' regime, at G's resolution
+    st.integers(0, 2**34),  # u near 0: G = 2**32 - 1, the uint32 mask value
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.integers(1, 9), st.integers(1, 6), st.booleans(), st.integers(0, 2**32 - 1))
+def test_crafted_pair_hashes_at_the_edges(data, n, k, uniform, seed):
+    """Members whose pair hash with one partition is chosen: equal H, H one apart, H at 0
+    and 2**64 - 1, many members with G = 2**32 - 1 (so masked and genuine entries meet),
+    with equal weights (the uint32 screen) or edge weights (the float32 screen)."""
+    p = data.draw(st.integers(0, 10**6))
+    hp = H.partition_hash(p, seed)
+    targets = data.draw(st.lists(edge_h, min_size=n, max_size=n))
+    units = [65536] * n if uniform else data.draw(st.lists(edge_units, min_size=n, max_size=n))
+    hashes = [_member_hash_giving(h, hp) for h in targets]
+    ms = Members(tuple(f"m{i}" for i in range(n)), np.array(hashes, dtype=np.uint64), np.array(units, dtype=np.int64))
+    for kk in sorted({1, min(k, n), n}):
+        assert tuple(rank_many(np.array([p]), ms, seed, kk).idx[0].tolist()) == rank_one(p, ms, seed, kk)
+
+
+def test_large_k_takes_the_float_path_and_equals_reference():
+    """k above _MAX_SCREENED_K (bounded loads widen lists up to N) skips the screen."""
+    ms = Members.build(validate_members({f"n{i}": 1.0 + (i % 5) for i in range(50)}), 1)
+    k = rendezvous._MAX_SCREENED_K + 3
+    ranked = rank_many(np.arange(40), ms, 1, k)
+    assert [tuple(r) for r in ranked.idx.tolist()] == [rank_one(p, ms, 1, k) for p in range(40)]
 
 
 def test_identical_member_hashes_tie_break_by_id():
