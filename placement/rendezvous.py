@@ -180,31 +180,40 @@ def _rank_candidates(cand_idx: np.ndarray, cand_h: np.ndarray, units: np.ndarray
     return _select(cand_idx, cand_h, cand_draw, k)
 
 
-def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.ndarray]:
-    """Top-k of every row where the gap bound proves it, and the rows where it does not.
+def surely_above(q: np.ndarray, w_min: float, draws: np.ndarray) -> np.ndarray:
+    """Does every member whose screen value G/W is at least q draw strictly more than ``draws``?
 
-    Bound, for a member j with q_j = float32(G_j) * float32(1/W_j) >= q (G from
-    ``pair_gaps_np``, W in weight units): three float32 roundings give G_j/W_j >= q(1-e)
-    with e = 3 * 2**-24, so G_j >= q(1-e) W_min and d_j = 1 - u_j >= (G_j - 1)/2**32 >= dm
-    with dm = (q(1-e) W_min - 1)/2**32 (``hashing.pair_gaps_np``). Since -ln(1-d) >=
+    Bound, for a member j with G_j/W_j >= q(1-e) (G from ``hashing.pair_gaps_np``, or
+    exactly (2**64 - 1 - H) >> 32; W in weight units; e covers float rounding: three
+    float32 roundings are 3 * 2**-24): G_j >= q(1-e) W_min, so d_j = 1 - u_j >= (G_j - 1)/2**32
+    >= dm with dm = (q(1-e) W_min - 1)/2**32 (``hashing.pair_gaps_np``). Since -ln(1-d) >=
     d (1 + d/2), and L (``neg_log2_fp``) is within 1e-7 relative and 2**-30 absolute of
     -log2(u) (tests/test_hashing.py), the exact draw D = (L << 26) // W satisfies
 
         D_j >= 2**26/ln2 * q(1-e)(1-1e-7)(1 + dm/2) - 2**26 (1.5/ln2 + 4)/W_min - 1.
 
-    ``floor`` below takes 10x slack on the relative terms (and 7 for the 6.2). The top k
-    by q are scored exactly; a row is sure when its k-th exact draw is below floor(q of
-    the (k+1)-th): then every other member draws strictly more (no tie-break involved).
+    ``floor`` takes 10x slack on the relative terms (and 7 for the 6.2), and a draw counts
+    as below it only with that slack too. q = +inf (no such member) is always above.
+    """
+    q = q * (1 - _PRUNE_REL)
+    dm = np.maximum(q * w_min - 1, 0) * 2.0**-32
+    floor = 2.0**DRAW_SHIFT / _LN2 * q * (1 + dm / 2) - 2.0**DRAW_SHIFT * 7 / w_min - 2
+    return draws.astype(np.float64) * (1 + _PRUNE_REL) < floor
+
+
+def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.ndarray]:
+    """Top-k of every row where the screen proves it, and the rows where it does not.
+
+    The top k by q (``_top_by_gap``) are scored exactly; a row is sure when every member
+    outside them - all have q at least the (k+1)-th smallest - draws strictly more than the
+    k-th exact draw (``surely_above``): no tie-break involved, so the exact order of the k
+    is the answer.
     """
     top, q_next = _top_by_gap(hp, members, k)
     units = members.units
     cand_h = fmix64_np(hp[:, None] ^ members.hashes[top])
     ranked = _select(top, cand_h, draws_np(cand_h, units[top]), k)
-    w_min = float(units.min())
-    q = q_next * (1 - _PRUNE_REL)
-    dm = np.maximum(q * w_min - 1, 0) * 2.0**-32
-    floor = 2.0**DRAW_SHIFT / _LN2 * q * (1 + dm / 2) - 2.0**DRAW_SHIFT * 7 / w_min - 2
-    unsure = np.flatnonzero(ranked.draw[:, -1].astype(np.float64) * (1 + _PRUNE_REL) >= floor)
+    unsure = np.flatnonzero(~surely_above(q_next, float(units.min()), ranked.draw[:, -1]))
     return ranked, unsure
 
 

@@ -30,7 +30,7 @@ from . import bounded
 from .codec import load_json_object, load_msgpack_map
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
 from .hashing import fmix64_np, key_hash, member_hash, partition_hashes, safe_key
-from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, validate_members
+from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, surely_above, validate_members
 
 SNAPSHOT_FORMAT: Final = "placement-table/1"
 MAX_PARTITIONS: Final = 1 << 24
@@ -372,7 +372,11 @@ def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConf
         idx, d_old, h_old = (np.pad(idx, fill), np.pad(d_old, fill, constant_values=_SENTINEL), np.pad(h_old, fill))
     h = _partition_hash_column(config.partitions, config.seed) ^ np.uint64(hm)
     fmix64_np(h)
-    d = draws_np(h, np.full(1, units))
+    # Score exactly only where the newcomer may reach the last slot (~P*k/N rows): a
+    # logarithm-free lower bound of its draw rules out the rest (their draw stays above all).
+    near = np.flatnonzero(~surely_above((~h >> np.uint64(32)) / float(units), float(units), d_old[:, -1]))
+    d = np.full(len(h), _SENTINEL)
+    d[near] = draws_np(h[near], np.full(1, units))
 
     def ahead(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
         """Is the slot ``col`` ahead of the newcomer, by (draw, -H, idx)?"""
