@@ -196,9 +196,17 @@ def surely_above(q: np.ndarray, w_min: float, draws: np.ndarray) -> np.ndarray:
     as below it only with that slack too. q = +inf (no such member) is always above.
     """
     q = q * (1 - _PRUNE_REL)
-    dm = np.maximum(q * w_min - 1, 0) * 2.0**-32
-    floor = 2.0**DRAW_SHIFT / _LN2 * q * (1 + dm / 2) - 2.0**DRAW_SHIFT * 7 / w_min - 2
-    return draws.astype(np.float64) * (1 + _PRUNE_REL) < floor
+    floor = q * w_min  # in place from here: this runs on a million rows per join
+    floor -= 1
+    np.maximum(floor, 0, out=floor)
+    floor *= 2.0**-33
+    floor += 1  # 1 + dm/2
+    floor *= q
+    floor *= 2.0**DRAW_SHIFT / _LN2
+    floor -= 2.0**DRAW_SHIFT * 7 / w_min + 2
+    d = draws.astype(np.float64)
+    d *= 1 + _PRUNE_REL
+    return d < floor
 
 
 def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.ndarray]:
@@ -212,7 +220,12 @@ def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.n
     top, q_next = _top_by_gap(hp, members, k)
     units = members.units
     cand_h = fmix64_np(hp[:, None] ^ members.hashes[top])
-    ranked = _select(top, cand_h, draws_np(cand_h, units[top]), k)
+    cand_draw = np.empty_like(cand_h)
+    step = max(1, _BLOCK_ELEMS // k)  # in chunks: the logarithm's temporaries stay small
+    for start in range(0, len(hp), step):
+        rows = slice(start, start + step)
+        cand_draw[rows] = draws_np(cand_h[rows], units[top[rows]])
+    ranked = _select(top, cand_h, cand_draw, k)
     unsure = np.flatnonzero(~surely_above(q_next, float(units.min()), ranked.draw[:, -1]))
     return ranked, unsure
 
