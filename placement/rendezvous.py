@@ -14,13 +14,19 @@ arithmetic, so the order is bit-identical on every machine, whatever the member 
 Two implementations share that definition:
 
 * ``rank_one`` - the scalar reference: score every member with Python ints and sort.
-* ``rank_many`` - the vectorised path. Among members of *equal* weight, draw is a
-  non-increasing function of H, so the order inside a weight group is simply H desc, id
-  asc. We therefore take each group's top-k by H with numpy ``argmax`` on raw 64-bit hashes
-  (no logarithm), and compute L and draw only for those few candidates per partition.
-  With G distinct weights this scores k*G candidates instead of N members; a cluster
-  whose members all have different weights falls back to scoring everyone (same result,
-  slower). ``tests/test_rendezvous.py`` checks both against each other.
+* ``rank_many`` - the vectorised path, for any weights (equal, a few classes, or every
+  one different as load- or capacity-derived weights are). Every (partition, member) pair
+  is screened with a cheap *lower bound* of its draw: the high 32 bits G of 2**64 - H
+  (``hashing.pair_gaps_np``: three multiply/shift passes, no logarithm) over W, in
+  float32 (or G alone as uint32 when all weights are equal), and the k+1 smallest per
+  partition are kept. The k best are scored exactly; if the largest exact draw among
+  them is below the bound of the (k+1)-th, no other member can enter the top k, and the
+  order inside it is the exact integer one. Otherwise (a near tie: ~0.05 % of partitions
+  at N = 1,000 with k = 1, more for small N) the partition is re-ranked from a wider
+  candidate set chosen with float64 logarithms, as is every partition when k is large.
+  Floats only ever *exclude* members, with a proven margin; the decision stays integer.
+
+``tests/test_rendezvous.py`` checks every path against ``rank_one`` with property tests.
 """
 
 from __future__ import annotations
@@ -39,15 +45,18 @@ from .hashing import (
     partition_hash,
     partition_hashes,
     fmix64_np,
+    pair_gaps_np,
+    premix_np,
 )
 
 WEIGHT_SCALE: Final = 1 << 16  # weights are quantised to 1/65536
 MAX_WEIGHT: Final = 1_000_000.0
 DRAW_SHIFT: Final = 26  # L < 2**38, so L << 26 fits in 64 bits
 _BLOCK_ELEMS: Final = 1 << 16  # ~512 KiB of uint64 per block: stays in L2
-_MAX_GROUP_CANDIDATES: Final = 32  # beyond k * (distinct weights) this, prune with floats
+_MAX_SCREENED_K: Final = 32  # beyond this k, repeated argmin costs more than float64 logs
 _NO_DRAW: Final = np.uint64((1 << 64) - 1)  # above any real draw: L << 26 leaves 26 zero bits
 _PRUNE_REL: Final = 1e-5  # relative slack of the float pre-selection (true error < 1e-6)
+_LN2: Final = 0.6931471805599453
 
 
 def weight_units(member_id: str, weight: float) -> int:
@@ -126,29 +135,6 @@ class Ranked:
     draw: np.ndarray  # uint64
 
 
-def _group_top_by_hash(hp: np.ndarray, hm: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k columns of fmix64(hp x hm) per row by H desc, column asc, via repeated argmax."""
-    rows, n = len(hp), len(hm)
-    out_col = np.empty((rows, k), dtype=np.int32)
-    out_h = np.empty((rows, k), dtype=np.uint64)
-    block = max(1, _BLOCK_ELEMS // n)
-    x = np.empty((min(block, rows), n), dtype=np.uint64)
-    tmp = np.empty_like(x)
-    for start in range(0, rows, block):
-        stop = min(rows, start + block)
-        xb, tb = x[: stop - start], tmp[: stop - start]
-        np.bitwise_xor(hp[start:stop, None], hm[None, :], out=xb)
-        fmix64_np(xb, tb)
-        ar = np.arange(stop - start)
-        for j in range(k):
-            col = xb.argmax(axis=1)  # first maximum: ties go to the lower column (id)
-            out_col[start:stop, j] = col
-            out_h[start:stop, j] = xb[ar, col]
-            if j + 1 < k:
-                xb[ar, col] = 0  # masked; a genuine H of 0 is resolved in rank_many
-    return out_col, out_h
-
-
 def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: int) -> Ranked:
     """Order each row's candidates by (draw, -H, idx) and keep the first k.
 
@@ -178,39 +164,115 @@ def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ra
         return Ranked(np.empty((rows, 0), dtype=np.int32), empty, empty.copy())
     hp = partition_hashes(partitions, seed)
     units = members.units
-    weights = np.unique(units)
-    if len(weights) * k > max(_MAX_GROUP_CANDIDATES, len(members) // 4):
-        cand_idx, cand_h = _candidates_float_pruned(hp, members, k)
-    else:
-        cand_idx, cand_h = _candidates_by_group(hp, members, weights, k)
-    cand_draw = draws_np(cand_h, units[cand_idx])
-    cand_draw[cand_idx < 0] = _NO_DRAW  # padding of the pruned path never wins
-    ranked = _select(cand_idx, cand_h, cand_draw, k)
-    if k > 1:  # a masked slot (0) may have shadowed a member whose H really is 0
-        suspect_rows = np.flatnonzero((ranked.h[:, 1:] == 0).any(axis=1))
-        for r in suspect_rows:
-            _fill_row(ranked, r, int(partitions[r]), members, seed)
+    if k > _MAX_SCREENED_K:
+        return _rank_candidates(*_candidates_float_pruned(hp, members, k), units, k)
+    ranked, unsure = _rank_by_gap(hp, members, k)
+    if len(unsure):
+        again = _rank_candidates(*_candidates_float_pruned(hp[unsure], members, k), units, k)
+        ranked.idx[unsure], ranked.h[unsure], ranked.draw[unsure] = again.idx, again.h, again.draw
     return ranked
 
 
-def _candidates_by_group(
-    hp: np.ndarray, members: Members, weights: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each weight group's top-k by H: a superset of the top-k, found without logarithms."""
-    rows = len(hp)
+def _rank_candidates(cand_idx: np.ndarray, cand_h: np.ndarray, units: np.ndarray, k: int) -> Ranked:
+    """Exact draws of candidate sets (member index -1: padding) and their top k."""
+    cand_draw = draws_np(cand_h, units[cand_idx])
+    cand_draw[cand_idx < 0] = _NO_DRAW  # padding of the pruned path never wins
+    return _select(cand_idx, cand_h, cand_draw, k)
+
+
+def surely_above(q: np.ndarray, w_min: float, draws: np.ndarray) -> np.ndarray:
+    """Does every member whose screen value G/W is at least q draw strictly more than ``draws``?
+
+    Bound, for a member j with G_j/W_j >= q(1-e) (G from ``hashing.pair_gaps_np``, or
+    exactly (2**64 - 1 - H) >> 32; W in weight units; e covers float rounding: three
+    float32 roundings are 3 * 2**-24): G_j >= q(1-e) W_min, so d_j = 1 - u_j >= (G_j - 1)/2**32
+    >= dm with dm = (q(1-e) W_min - 1)/2**32 (``hashing.pair_gaps_np``). Since -ln(1-d) >=
+    d (1 + d/2), and L (``neg_log2_fp``) is within 1e-7 relative and 2**-30 absolute of
+    -log2(u) (tests/test_hashing.py), the exact draw D = (L << 26) // W satisfies
+
+        D_j >= 2**26/ln2 * q(1-e)(1-1e-7)(1 + dm/2) - 2**26 (1.5/ln2 + 4)/W_min - 1.
+
+    ``floor`` takes 10x slack on the relative terms (and 7 for the 6.2), and a draw counts
+    as below it only with that slack too. q = +inf (no such member) is always above.
+    """
+    q = q * (1 - _PRUNE_REL)
+    floor = q * w_min  # in place from here: this runs on a million rows per join
+    floor -= 1
+    np.maximum(floor, 0, out=floor)
+    floor *= 2.0**-33
+    floor += 1  # 1 + dm/2
+    floor *= q
+    floor *= 2.0**DRAW_SHIFT / _LN2
+    floor -= 2.0**DRAW_SHIFT * 7 / w_min + 2
+    d = draws.astype(np.float64)
+    d *= 1 + _PRUNE_REL
+    return d < floor
+
+
+def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.ndarray]:
+    """Top-k of every row where the screen proves it, and the rows where it does not.
+
+    The top k by q (``_top_by_gap``) are scored exactly; a row is sure when every member
+    outside them - all have q at least the (k+1)-th smallest - draws strictly more than the
+    k-th exact draw (``surely_above``): no tie-break involved, so the exact order of the k
+    is the answer.
+    """
+    top, q_next = _top_by_gap(hp, members, k)
     units = members.units
-    cols_idx, cols_h = [], []
-    for u in weights:
-        group = np.flatnonzero(units == u).astype(np.int32)
-        if len(group) <= k:  # every member of a small group is a candidate
-            h = np.bitwise_xor(hp[:, None], members.hashes[group][None, :])
-            cols_idx.append(np.broadcast_to(group, (rows, len(group))))
-            cols_h.append(fmix64_np(h))
-            continue
-        col, h = _group_top_by_hash(hp, members.hashes[group], k)
-        cols_idx.append(group[col])
-        cols_h.append(h)
-    return np.concatenate(cols_idx, axis=1), np.concatenate(cols_h, axis=1)
+    cand_h = fmix64_np(hp[:, None] ^ members.hashes[top])
+    cand_draw = np.empty_like(cand_h)
+    step = max(1, _BLOCK_ELEMS // k)  # in chunks: the logarithm's temporaries stay small
+    for start in range(0, len(hp), step):
+        rows = slice(start, start + step)
+        cand_draw[rows] = draws_np(cand_h[rows], units[top[rows]])
+    ranked = _select(top, cand_h, cand_draw, k)
+    unsure = np.flatnonzero(~surely_above(q_next, float(units.min()), ranked.draw[:, -1]))
+    return ranked, unsure
+
+
+def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k members of smallest q = G/W and the (k+1)-th smallest q (float64).
+
+    q is float32(G) * float32(1/W); with one weight for all it is G itself, kept as uint32
+    (the same order, without a conversion pass). Blocks of rows keep the scratch matrices
+    in cache; a row's k+1 smallest come from repeated argmin with the found entry masked
+    (cheaper than a partition for small k). With exactly k members the next q is +inf:
+    every member is in the top k. A uint32 mask equals a genuine G of 2**32 - 1 (u < 2**-32),
+    so once argmin finds that value it may be a masked entry found again: such a row's next
+    q is reported as 0, which makes it unsure (``_rank_by_gap``).
+    """
+    rows, n = len(hp), len(members)
+    row_mix, col_mix = premix_np(hp), premix_np(members.hashes)
+    uniform = members.units.min() == members.units.max()
+    inv_w = (1.0 / members.units.astype(np.float64)).astype(np.float32)
+    masked = np.iinfo(np.uint32).max if uniform else np.inf
+    block = max(1, _BLOCK_ELEMS // n)
+    x = np.empty((min(block, rows), n), dtype=np.uint64)
+    tmp = np.empty_like(x)
+    q = np.empty(x.shape, dtype=np.uint32 if uniform else np.float32)
+    top = np.empty((rows, k), dtype=np.int32)
+    q_next = np.full(rows, np.inf)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        m = stop - start
+        qb = q[:m]
+        np.copyto(qb, pair_gaps_np(row_mix[start:stop], col_mix, x[:m], tmp[:m]), casting="unsafe")
+        if not uniform:
+            qb *= inv_w
+        ar = np.arange(m)
+        clash = np.zeros(m, dtype=bool)
+        for j in range(k):
+            col = qb.argmin(axis=1)
+            top[start:stop, j] = col
+            if uniform:
+                clash |= qb[ar, col] == masked
+            qb[ar, col] = masked
+        if n > k:
+            q_next[start:stop] = qb.min(axis=1)
+        q_next[start:stop][clash] = 0
+    if uniform:
+        q_next /= float(members.units[0])
+    return top, q_next
 
 
 def _candidates_float_pruned(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,16 +310,6 @@ def _candidates_float_pruned(hp: np.ndarray, members: Members, k: int) -> tuple[
     cand_h = np.zeros((rows, width), dtype=np.uint64)
     cand_idx[r, slot], cand_h[r, slot] = c, h
     return cand_idx, cand_h
-
-
-def _fill_row(ranked: Ranked, r: int, p: int, members: Members, seed: int) -> None:
-    """Overwrite row r of ``ranked`` with the scalar reference's answer for partition p."""
-    hp = partition_hash(p, seed)
-    for j, i in enumerate(rank_one(p, members, seed, ranked.idx.shape[1])):
-        h = pair_hash(hp, int(members.hashes[i]))
-        ranked.idx[r, j] = i
-        ranked.h[r, j] = h
-        ranked.draw[r, j] = draw_of(h, int(members.units[i]))
 
 
 def validate_members(weights: object) -> dict[str, int]:

@@ -30,7 +30,7 @@ from . import bounded
 from .codec import load_json_object, load_msgpack_map
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
 from .hashing import fmix64_np, key_hash, member_hash, partition_hashes, safe_key
-from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, validate_members
+from .rendezvous import WEIGHT_SCALE, Members, Ranked, draws_np, rank_many, surely_above, validate_members
 
 SNAPSHOT_FORMAT: Final = "placement-table/1"
 MAX_PARTITIONS: Final = 1 << 24
@@ -372,23 +372,29 @@ def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConf
         idx, d_old, h_old = (np.pad(idx, fill), np.pad(d_old, fill, constant_values=_SENTINEL), np.pad(h_old, fill))
     h = _partition_hash_column(config.partitions, config.seed) ^ np.uint64(hm)
     fmix64_np(h)
-    d = draws_np(h, np.full(1, units))
+    # Score exactly only where the newcomer may reach the last slot (~P*k/N rows): a
+    # logarithm-free lower bound of its draw rules out the rest (their draw stays above all).
+    near = np.flatnonzero(~surely_above((~h >> np.uint64(32)) / float(units), float(units), d_old[:, -1]))
+    h_near = h[near]
+    d_near = draws_np(h_near, np.full(1, units))
 
-    def ahead(col: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
-        """Is the slot ``col`` ahead of the newcomer, by (draw, -H, idx)?"""
-        ds, dn = d_old[rows, col], d[rows]
-        hs, hn = h_old[rows, col], h[rows]
+    def ahead(col: int, sel: np.ndarray | slice) -> np.ndarray:
+        """Is slot ``col`` ahead of the newcomer, by (draw, -H, idx), in rows near[sel]?"""
+        rows = near[sel]
+        ds, dn = d_old[rows, col], d_near[sel]
+        hs, hn = h_old[rows, col], h_near[sel]
         return (ds < dn) | ((ds == dn) & ((hs > hn) | ((hs == hn) & (idx[rows, col] < pos))))
 
-    rows = np.flatnonzero(~ahead(-1, slice(None)))  # the newcomer beats the last slot here
-    sub = np.stack([ahead(j, rows) for j in range(k)], axis=1) if len(rows) else np.zeros((0, k), bool)
+    enter = np.flatnonzero(~ahead(-1, slice(None)))  # the newcomer beats the last slot here
+    rows = near[enter]
+    sub = np.stack([ahead(j, enter) for j in range(k)], axis=1) if len(rows) else np.zeros((0, k), bool)
     at = sub.sum(axis=1)
     for j in range(k - 1, -1, -1):  # shift slots at or after the insertion point right by one
         move = rows[at < j]
         for arr in (idx, d_old, h_old):
             arr[move, j] = arr[move, j - 1]
-        here = rows[at == j]
-        idx[here, j], d_old[here, j], h_old[here, j] = pos, d[here], h[here]
+        here = at == j
+        idx[rows[here], j], d_old[rows[here], j], h_old[rows[here], j] = pos, d_near[enter[here]], h_near[enter[here]]
     return new_ms, Ranked(idx, h_old, d_old)
 
 
@@ -414,7 +420,7 @@ def _remove(ms: Members, ranked: Ranked, member: str, config: TableConfig) -> tu
         )
     idx = (ranked.idx - (ranked.idx > pos)).astype(np.int32)
     new = Ranked(idx, ranked.h.copy(), ranked.draw.copy())
-    rows = np.flatnonzero(held.any(axis=1))
+    rows = np.unique(np.flatnonzero(held) // held.shape[1])  # any(axis=1) is slow on 1M short rows
     if len(rows):
         again = rank_many(rows, new_ms, config.seed, config.replicas)
         new.idx[rows], new.h[rows], new.draw[rows] = again.idx, again.h, again.draw

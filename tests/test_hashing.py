@@ -25,6 +25,30 @@ def test_vector_fmix_equals_scalar(values):
     assert got == [H.fmix64(v) for v in values]
 
 
+@settings(max_examples=200)
+@given(st.lists(u64, min_size=1, max_size=20), st.lists(u64, min_size=1, max_size=20))
+def test_pair_gaps_bound_the_distance_of_h_from_the_top(rows, cols):
+    """2**64 - H >= G * 2**32 - 2**31 for every pair, and G is not vacuous (G * 2**32 is
+    within 2**32 + 2**31 of 2**64 - H, except where y = 0). Equal row and column hashes
+    give H = 0, the far edge."""
+    rows, cols = rows + EDGES[:4], cols + EDGES[:4]
+    hr, hc = np.array(rows, dtype=np.uint64), np.array(cols, dtype=np.uint64)
+    out = np.empty((len(rows), len(cols)), dtype=np.uint64)
+    gaps = H.pair_gaps_np(H.premix_np(hr), H.premix_np(hc), out, np.empty_like(out)).tolist()
+    for r, row in zip(rows, gaps):
+        for c, g in zip(cols, row):
+            dist = (1 << 64) - H.pair_hash(r, c)
+            assert dist >= g * (1 << 32) - (1 << 31)
+            if r != c:
+                assert dist <= (g + 1) * (1 << 32) + (1 << 31)
+
+
+def test_premix_distributes_over_xor():
+    a, b = np.array(EDGES, dtype=np.uint64), np.array(EDGES[::-1], dtype=np.uint64)
+    x = a ^ b
+    assert (H.premix_np(a) ^ H.premix_np(b)).tolist() == (x ^ (x >> np.uint64(33))).tolist()
+
+
 def test_partition_hashes_vector_equals_scalar():
     ps = np.arange(0, 5000, 7)
     for seed in (0, 1, 2**32 - 1):

@@ -96,6 +96,20 @@ def test_incremental_equals_full_build(steps, replicas, c):
         assert t == PlacementTable.build(step, partitions=512, replicas=replicas, seed=9, capacity_factor=c)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.one_of(st.sampled_from([1 / 65536, 0.5, 1.0, 1.5, 1e6]), st.floats(1 / 65536, 1e6)),
+    st.integers(1, 3),
+    st.integers(0, 2**32 - 1),
+)
+def test_join_with_any_weight_equals_full_build(weight, replicas, seed):
+    """A join scores exactly only the rows a log-free bound cannot rule out: any weight."""
+    base = {f"node-{i}": 1.0 + i / 37 for i in range(120)}
+    t = PlacementTable.build(base, partitions=2048, replicas=replicas, seed=seed)
+    grown = {**base, "joiner": weight}
+    assert t.with_members(grown) == PlacementTable.build(grown, partitions=2048, replicas=replicas, seed=seed)
+
+
 def test_incremental_single_changes_on_a_larger_table():
     base = members(50)
     t = PlacementTable.build(base, partitions=P, replicas=2)
