@@ -37,7 +37,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--deliver", action="store_true", help="POST items to {owner}/v1/work (needs --url)")
     out.add_argument("--output", metavar="DIR", help="write Parquet partitioned by owner (owner=<id>/)")
     p.add_argument("--batch-size", type=argtypes.positive_int, default=500, help="items per POST (default 500)")
-    p.add_argument("--max-attempts", type=argtypes.positive_int, default=5, help="POST attempts per batch (default 5)")
+    p.add_argument("--max-attempts", type=argtypes.positive_int, default=12, help="POST attempts per batch (default 12: ~17 s of backoff, longer than a crash takeover)")
     p.add_argument("--work-dir", metavar="DIR", help="where delivery outcomes are written (default: a temp dir)")
     p.add_argument("--engine", choices=("auto", "jvm", "python"), default="auto",
                    help="where keys are hashed: jvm (a Java UDF, needs a JDK to build it), python (Python "

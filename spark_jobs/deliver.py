@@ -50,7 +50,9 @@ class Item:
 @dataclass(frozen=True)
 class DeliveryOptions:
     batch_size: int = 500
-    max_attempts: int = 5
+    #: 12: about 17 s of backoff, longer than failure detection plus a takeover (5-8 s measured
+    #: after a kill -9, docs/spark.md), so one crashed owner does not fail items by default.
+    max_attempts: int = 12
     max_reroutes: int = 5
     backoff_s: float = 0.1  # first retry delay; doubles each retry, capped at backoff_max_s
     backoff_max_s: float = 2.0
