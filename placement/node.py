@@ -50,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import concurrent.futures
 import contextlib
 import inspect
 import logging
@@ -571,9 +570,13 @@ class Node:
     def _t_release(self, partition: int, reason: str) -> Awaitable[Any]:
         """The runner awaits the payload on its loop; cancelling that wait (the release deadline
         passed) cancels the drain on the application loop."""
-        done: concurrent.futures.Future = concurrent.futures.Future()
-        self._to_app(self._x_release, partition, reason, done)
-        return asyncio.wrap_future(done)
+        thread = self._thread
+        assert thread is not None
+        payload: asyncio.Future = thread.loop.create_future()
+        release = _Release(partition, reason, lambda value: thread.to_member(_resolve, payload, value))
+        payload.add_done_callback(lambda f: f.cancelled() and thread.to_app(release.cancel))
+        self._to_app(self._x_release, release)
+        return payload
 
     def _t_ended(self, partition: int) -> None:
         self._to_app(self._x_ended, partition)
@@ -600,20 +603,18 @@ class Node:
         self._check_leaderships()
         return results
 
-    def _x_release(self, partition: int, reason: str, done: concurrent.futures.Future) -> None:
-        """Run the ``released`` handlers of a partition being handed on and resolve ``done`` with
-        the payload once the awaitable ones finished (``done`` cancelled: stop draining)."""
-        if done.cancelled():
+    def _x_release(self, release: _Release) -> None:
+        """Run the ``released`` handlers of a partition being handed on; the payload goes back to
+        the runner once the awaitable ones finished (``release.cancel``: stop draining)."""
+        if release.cancelled:
             return  # the deadline passed before this loop ran: ownership ended (``_x_ended`` follows)
-        results = self._x_releasing(partition, reason)
+        results = self._x_releasing(release.partition, release.reason)
         pending = [r for r in results if inspect.isawaitable(r)]
         if not pending:
-            _settle(done, next((r for r in results if r is not None), None))
+            release.resolve(next((r for r in results if r is not None), None))
             return
-        loop = asyncio.get_running_loop()
-        drain = asyncio.ensure_future(self._drain(partition, pending))
-        drain.add_done_callback(lambda t: _settle(done, None if t.cancelled() or t.exception() else t.result()))
-        done.add_done_callback(lambda f: f.cancelled() and _call_threadsafe(loop, drain.cancel))
+        release.drain = asyncio.ensure_future(self._drain(release.partition, pending))
+        release.drain.add_done_callback(lambda t: release.resolve(None if t.cancelled() else t.result()))
 
     async def _drain(self, partition: int, pending: list[Awaitable[Any]]) -> Any:
         payload = None
@@ -635,12 +636,24 @@ class Node:
                 asyncio.ensure_future(result)
 
 
-def _settle(done: concurrent.futures.Future, payload: Any) -> None:
-    """Resolve a release's future unless the runner gave up on it (cancelled at the deadline)."""
-    with contextlib.suppress(concurrent.futures.InvalidStateError):
-        done.set_result(payload)
+@dataclass
+class _Release:
+    """One partition being handed on, as the application loop sees it."""
+
+    partition: int
+    reason: str
+    resolve: Callable[[Any], None]  # sends the payload to the runner (its thread)
+    cancelled: bool = False
+    drain: asyncio.Future | None = None
+
+    def cancel(self) -> None:
+        """The runner gave up (release deadline): stop the drain; ownership is over."""
+        self.cancelled = True
+        if self.drain is not None:
+            self.drain.cancel()
 
 
-def _call_threadsafe(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
-    with contextlib.suppress(RuntimeError):  # that loop is closed: nothing left to cancel
-        loop.call_soon_threadsafe(fn)
+def _resolve(payload: asyncio.Future, value: Any) -> None:
+    """On the membership thread: hand the payload to the runner unless it gave up waiting."""
+    if not payload.done():
+        payload.set_result(value)

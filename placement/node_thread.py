@@ -16,8 +16,12 @@ itself and count its partitions lost. The cores are unchanged; only where their 
 
 What crosses between the threads, and how:
 
-* membership events (and the member list, as an immutable tuple published by this thread) go to
-  the application loop with ``loop.call_soon_threadsafe``, in order;
+* membership events and ownership actions (and the member list, as an immutable tuple) go to
+  the application loop through a ``Mailbox``, in order; replies (a drained partition's payload)
+  come back through another. A mailbox wakes its loop once per batch, not once per call: a
+  handoff of 1,000 partitions is 2,000 calls, and one ``call_soon_threadsafe`` each (a socket
+  write that releases the GIL, then waits to get it back) starved this thread into losing
+  its lease;
 * the application calls into this thread with ``run`` (a coroutine) or ``call`` (a function):
   ``asyncio.run_coroutine_threadsafe`` wrapped for ``await``;
 * nothing mutable is shared: the application reads published immutable snapshots (the member
@@ -49,10 +53,60 @@ from membership.aio import Member
 
 from .node_ownership import ExclusiveRunner
 
-__all__ = ["AppLoopLag", "MembershipThread"]
+__all__ = ["AppLoopLag", "Mailbox", "MembershipThread"]
 
 T = TypeVar("T")
 _log = logging.getLogger("placement.node")
+
+
+class Mailbox:
+    """Calls posted from any thread, run in order on ``loop``, with one wake-up per batch.
+
+    Held (``held=True``) until ``open()``: then what was posted runs first, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, held: bool = False) -> None:
+        self.loop = loop
+        self._items: collections.deque[tuple[Callable[..., object], tuple[Any, ...]]] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = held  # a held box schedules nothing until it is opened
+        self._closed = False  # the loop was found closed: posts are dropped
+
+    def post(self, fn: Callable[..., object], *args: Any) -> bool:
+        """False if the loop is closed (the call is dropped)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._items.append((fn, args))
+            if self._scheduled:
+                return True
+            self._scheduled = True
+        return self._wake()
+
+    def open(self) -> None:
+        with self._lock:
+            self._scheduled = bool(self._items)
+        if self._scheduled:
+            self._wake()
+
+    def _wake(self) -> bool:
+        try:
+            self.loop.call_soon_threadsafe(self._run)
+            return True
+        except RuntimeError:
+            with self._lock:
+                self._closed = True
+                self._items.clear()
+            return False
+
+    def _run(self) -> None:
+        with self._lock:
+            items, self._items = self._items, collections.deque()
+            self._scheduled = False
+        for fn, args in items:
+            try:
+                fn(*args)
+            except Exception:
+                _log.exception("%s raised (the node carries on)", getattr(fn, "__qualname__", fn))
 
 
 class AppLoopLag:
@@ -126,14 +180,13 @@ class MembershipThread:
         self.member: Member | None = None
         self.runner: ExclusiveRunner | None = None
         self.members: tuple[MemberInfo, ...] = ()
+        # Nothing reaches the application before ``await node.start()`` has returned to it.
+        self._to_app = Mailbox(self.app_loop, held=True)
+        self._to_member = Mailbox(self.loop)
         self.app_lag = AppLoopLag(self.to_app)
         self._pump: asyncio.Task | None = None
         self._ticker: asyncio.TimerHandle | None = None
         self._refreshed = 0.0
-        # What the thread tells the application before start() returned waits until then, in
-        # order: nothing reaches the application before ``await node.start()`` has returned to it.
-        self._held: list[tuple[Callable[..., object], tuple[Any, ...]]] | None = []
-        self._held_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"placement-membership-{node_id}", daemon=True)
         self._thread.start()
 
@@ -158,10 +211,7 @@ class MembershipThread:
         except BaseException:
             self.stop()
             raise
-        with self._held_lock:
-            for fn, args in self._held or ():
-                self.app_loop.call_soon(fn, *args)
-            self._held = None
+        self._to_app.open()
         return members
 
     def close(self) -> None:
@@ -187,20 +237,18 @@ class MembershipThread:
     def to_app(self, fn: Callable[..., object], *args: Any) -> bool:
         """Post ``fn(*args)`` to the application loop; False (and the node stops, as if its
         process had died) when that loop is closed: the application ended without leave()."""
-        with self._held_lock:
-            if self._held is not None:
-                self._held.append((fn, args))
-                return True
-        try:
-            self.app_loop.call_soon_threadsafe(fn, *args)
+        if self._to_app.post(fn, *args):
             return True
-        except RuntimeError:
-            if not self.loop.is_closed() and self.member is not None and not self.member.closed:
-                _log.warning("node %s: the application's event loop closed without leave() or close(); "
-                             "stopping as if the process had died", self.member.node_id)
-                self._close()
-                self.loop.stop()
-            return False
+        if threading.current_thread() is self._thread and self.member is not None and not self.member.closed:
+            _log.warning("node %s: the application's event loop closed without leave() or close(); "
+                         "stopping as if the process had died", self.member.node_id)
+            self._close()
+            self.loop.stop()
+        return False
+
+    def to_member(self, fn: Callable[..., object], *args: Any) -> None:
+        """Post ``fn(*args)`` to the membership loop (dropped once it is closed)."""
+        self._to_member.post(fn, *args)
 
     # ----- on the membership thread ------------------------------------------------------------
     def _run(self) -> None:
