@@ -147,8 +147,11 @@ class AppLoopLag:
         """On the application loop."""
         now = time.monotonic()
         lag = now - sent
+        recent = self._recent  # mutated on this loop only; readers copy it
+        while recent and now - recent[0][0] > self.window_s:
+            recent.popleft()
         if lag > 0.05:
-            self._recent.append((now, lag))
+            recent.append((now, lag))
         self._answered = seq
         if lag >= self.warn_s:
             _log.warning("the application's event loop was blocked for %.1f s (membership and leases were not: "
@@ -159,10 +162,7 @@ class AppLoopLag:
         now = time.monotonic()
         seq, sent = self._asked
         pending = now - sent if self._answered != seq else 0.0
-        recent = self._recent
-        while recent and now - recent[0][0] > self.window_s:
-            recent.popleft()
-        return max([pending, *(lag for _, lag in list(recent))])
+        return max([pending, *(lag for at, lag in tuple(self._recent) if now - at <= self.window_s)])
 
 
 class MembershipThread:
