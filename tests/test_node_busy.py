@@ -132,13 +132,28 @@ def test_a_blocked_application_loop_is_not_declared_dead_and_nothing_moves(block
 
 
 def test_control_a_blocked_membership_thread_is_declared_dead():
-    """What the application loop's block cost before membership had its own thread."""
+    """What the application loop's block cost before membership had its own thread; and while
+    the runner cannot run, the application still stops working when the lease lapses."""
 
     async def main():
         ledger = Ledger()
         nodes, busy = await cluster_with_a_busy_node(ledger)
-        member_loop = busy.node._thread.loop
-        member_loop.call_soon_threadsafe(burn, BLOCK_S * 2)
+        p = min(busy.owned_partitions())
+        epoch = busy.grant(p).epoch
+        started, ended = threading.Event(), threading.Event()
+
+        def stall():
+            started.set()
+            burn(BLOCK_S * 2)
+            ended.set()
+
+        busy.node._thread.loop.call_soon_threadsafe(stall)
+        await eventually(started.is_set, what="the membership thread stalls")
+        lease_end = busy.node._runner.holding.valid_until  # nobody can renew it now
+        await eventually(lambda: time.monotonic() > lease_end, what="the lease's end")
+        # Read from this thread while the runner cannot run: no work the instant the lease lapsed.
+        assert not ended.is_set()
+        assert not busy.may_work(p, epoch) and busy.owned_partitions() == frozenset() and busy.grant(p) is None
         await eventually(lambda: "dead" in seen_dead_or_suspect(nodes, "n4"), timeout_s=BLOCK_S * 2,
                          what="the stalled member declared dead")
         busy.close()
