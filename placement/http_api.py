@@ -273,6 +273,11 @@ class _NodeCollector:
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
+        lag = getattr(self.node, "app_loop_lag_s", None)  # placement.node_thread.AppLoopLag
+        if lag is not None:
+            yield GaugeMetricFamily("placement_app_loop_lag_seconds", "How late the application's event loop "
+                                    "ran the membership thread's probes: the worst of the last minute, or how "
+                                    "long it has been blocked now (does not affect membership)", value=lag)
 
 
 # Links between operations (OpenAPI 3.1, 4.8.20): a snapshot's etag is what a client sends back

@@ -5,6 +5,13 @@ member (``membership.aio``), recomputes the ``PlacementTable`` from the live vie
 membership change (incrementally), and tells the embedding application which partitions it
 acquired and released. The HTTP API (``placement.http_api``) and the CLI wrap it.
 
+The gossip member and the exclusive-ownership runner run on a thread of their own
+(``placement.node_thread``), so a blocked application loop delays neither probes and refutations
+nor lease renewals: a busy worker is not declared dead and its partitions do not move (issue 15).
+Everything the application sees - callbacks, ``ownership_changes()``, ``leadership()``, the
+snapshot - lives on the loop that called ``start()``; ``placement.node_sync.NodeThread`` is the
+same node for programs without asyncio.
+
 Ownership has two modes (``NodeConfig.ownership``):
 
 ``"exclusive"`` (the default) runs the exclusive-ownership core (``placement.exclusive``, its
@@ -47,8 +54,9 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
 from membership import JoinAttempt, RefusedPeer
@@ -59,6 +67,7 @@ from .console.events import EventLog
 from .errors import InvalidConfigError, PlacementError
 from .exclusive import ExclusiveConfig
 from .node_ownership import ExclusiveRunner, Grant, _Hooks
+from .node_thread import MembershipThread
 from .ownership import OwnershipChange, diff, led_by
 from .snapshot import PlacementSnapshot
 from .table import PlacementTable, TableConfig
@@ -192,7 +201,7 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self._member: Member | None = None
-        self._pump: asyncio.Task | None = None
+        self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
         self._streams: set[_ChangeStream] = set()
@@ -216,25 +225,29 @@ class Node:
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> "Node":
+        self._thread = MembershipThread(self.config.node_id, self._on_event)
+        # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
+        self._on_event(None, await self._thread.start(self._open))
+        return self
+
+    async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
+        """On the membership thread: bind the gossip socket, join, build the runner."""
         c = self.config
         meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags)
         # Seconds since the epoch: a restarted node starts above any incarnation the cluster
         # holds for its old self, so it is not mistaken for its dead predecessor.
-        self._member = await start_member(
+        member = await start_member(
             c.membership_config(), c.node_id, bind=c.gossip_bind, advertise=c.gossip_advertise,
             meta=meta, seeds=c.join, incarnation=int(time.time()),
         )
-        self._last_view_change = time.monotonic()
+        runner = None
         if c.ownership == "exclusive":
-            self._runner = ExclusiveRunner(
-                c.node_id, c.exclusive, c.table_config, founder=not c.join, member=self._member,
+            runner = ExclusiveRunner(
+                c.node_id, c.exclusive, c.table_config, founder=not c.join, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
-                hooks=_Hooks(self._x_acquired, self._x_releasing, self._x_ended))
-        self._recompute()
-        if self._runner is not None:
-            self._runner.set_view(self._member.live_members())
-        self._pump = asyncio.create_task(self._pump_events(self._member.subscribe(max_backlog=None)), name=f"node-{c.node_id}")
-        return self
+                hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended))
+        self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
+        return member, runner
 
     async def __aenter__(self) -> "Node":
         return await self.start()
@@ -244,35 +257,29 @@ class Node:
 
     async def leave(self, timeout_s: float = 2.0) -> None:
         """Graceful leave: release every partition, announce the leave, stop."""
-        if self._member is None or self._leaving:
+        if self._member is None or self._thread is None or self._leaving:
             return
         self._leaving = True
-        if self._runner is not None:
+        runner, thread = self._runner, self._thread
+        if runner is not None:
             # Hand every partition on first (bounded by the release deadline), then leave.
-            await self._runner.leave(self.config.exclusive.handoff_timeout_s + timeout_s)
-            self._runner.close()
+            async def hand_on() -> None:
+                await runner.leave(self.config.exclusive.handoff_timeout_s + timeout_s)
+                runner.close()
+
+            await thread.run(hand_on())
         else:
             self._publish(diff(self._owned_table, None, self.config.node_id))
             self._owned_table = None
         self._check_leaderships()
-        await self._member.leave(timeout_s)
-        await self._stop()
+        await thread.run(self._member.leave(timeout_s))
+        thread.stop()
+        self._end_streams()
 
     def close(self) -> None:
         """Abrupt stop, as if the process died (others will detect it)."""
-        if self._member is not None:
-            self._member.close()
-        if self._runner is not None:
-            self._runner.close()
-        if self._pump is not None:
-            self._pump.cancel()
-        self._end_streams()
-
-    async def _stop(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
+        if self._thread is not None:
+            self._thread.close()
         self._end_streams()
 
     def _end_streams(self) -> None:
@@ -304,7 +311,16 @@ class Node:
         return self.snapshot.table
 
     def members(self) -> list[MemberInfo]:
-        return self.member.members()
+        """The member list as the membership thread last published it (after every change)."""
+        if self._thread is None:
+            raise RuntimeError("node is not started")
+        return list(self._thread.members)
+
+    @property
+    def app_loop_lag_s(self) -> float:
+        """How late the application's loop ran the membership thread's latest probes: the
+        largest lag of the last minute, or how long it has been blocked right now (seconds)."""
+        return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 
     @property
     def joined(self) -> bool:
@@ -376,11 +392,10 @@ class Node:
         return self._runner.releasing() if self._runner is not None else frozenset()
 
     def grant(self, partition: int) -> Grant | None:
-        """The fencing epoch and handed-over payload of a partition this node owns now (exclusive
-        mode; None otherwise). Pass ``epoch`` to the store with every write."""
-        if self._runner is None or partition not in self._runner.owned_now():
-            return None
-        return self._runner.grants.get(partition)
+        """The fencing epoch and handed-over payload of a partition this node holds under a lease
+        valid now, draining included (exclusive mode; None otherwise). Pass ``epoch`` to the
+        store with every write."""
+        return self._runner.grant(partition) if self._runner is not None else None
 
     def ownership_status(self) -> dict[str, object]:
         """What the ownership layer is doing (for /v1/ownership, /readyz and the console)."""
@@ -457,44 +472,43 @@ class Node:
         return self.snapshot
 
     # ----- internals --------------------------------------------------------------------
-    async def _pump_events(self, events: AsyncIterator) -> None:
-        async for event in events:
-            if isinstance(event, JoinRefused):
-                self._refused = JoinRefusedError(
-                    f"cluster at {event.addr[0]}:{event.addr[1]} refused this node: {event.reason} "
-                    f"(this node: {self.config.cluster_settings()})"
-                )
-                self.events.append("refused", "", str(self._refused), time.time())
-                continue
-            if isinstance(event, (RefusedPeer, JoinAttempt)):
-                self._log_join_event(event)
-                continue
-            if isinstance(event, DeclaredDead):
-                self.events.append("declared-dead", self.node_id, f"declared dead at incarnation {event.incarnation}; "
-                                   "refuted", time.time())
-                if self._runner is not None:
-                    self.declared_dead_count += 1
-                    self._runner.declared_dead()
-                else:
-                    self._declared_dead()
-                continue
-            if isinstance(event, IdConflict):
-                message = (f"another process at {event.addr[0]}:{event.addr[1]} uses node id "
-                           f"{self.node_id!r}: give every process its own id (both own its partitions)")
-                _log.error("%s", message)
-                self._id_conflict = (message, time.monotonic())
-                self.events.append("id-conflict", self.node_id, message, time.time())
-                continue
-            if isinstance(event, MemberEvent) and event.member.node_id != self.node_id:
-                self._has_peer = True
-            if isinstance(event, MemberEvent):
-                m = event.member
-                self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}",
-                                   time.time())
-            self._last_view_change = time.monotonic()
-            self._recompute()
+    def _on_event(self, event: object, members: tuple[MemberInfo, ...]) -> None:
+        """A membership event, on the application loop (the runner has already seen it, on the
+        membership thread); ``members`` is the member list right after it. ``event`` None: the
+        first view, at start."""
+        if isinstance(event, JoinRefused):
+            self._refused = JoinRefusedError(
+                f"cluster at {event.addr[0]}:{event.addr[1]} refused this node: {event.reason} "
+                f"(this node: {self.config.cluster_settings()})"
+            )
+            self.events.append("refused", "", str(self._refused), time.time())
+            return
+        if isinstance(event, (RefusedPeer, JoinAttempt)):
+            self._log_join_event(event)
+            return
+        if isinstance(event, DeclaredDead):
+            self.events.append("declared-dead", self.node_id, f"declared dead at incarnation {event.incarnation}; "
+                               "refuted", time.time())
             if self._runner is not None:
-                self._runner.set_view(self.member.live_members())
+                self.declared_dead_count += 1
+            else:
+                self._declared_dead()
+            return
+        if isinstance(event, IdConflict):
+            message = (f"another process at {event.addr[0]}:{event.addr[1]} uses node id "
+                       f"{self.node_id!r}: give every process its own id (both own its partitions)")
+            _log.error("%s", message)
+            self._id_conflict = (message, time.monotonic())
+            self.events.append("id-conflict", self.node_id, message, time.time())
+            return
+        if isinstance(event, MemberEvent):
+            m = event.member
+            if m.node_id != self.node_id:
+                self._has_peer = True
+            self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}",
+                               time.time())
+        self._last_view_change = time.monotonic()
+        self._recompute(members)
 
     def _log_join_event(self, event: RefusedPeer | JoinAttempt) -> None:
         if isinstance(event, RefusedPeer):
@@ -505,8 +519,8 @@ class Node:
         _log.warning("join attempt %d to %s failed: %s; next attempt in %.0f s",
                      event.attempt, seeds, event.reason, event.retry_at - event.at)
 
-    def _recompute(self) -> None:
-        live = self.member.live_members()
+    def _recompute(self, members: tuple[MemberInfo, ...]) -> None:
+        live = [m for m in members if m.is_live]
         weights = {m.node_id: m.meta.weight for m in live}
         addresses = {m.node_id: m.meta.http for m in live}
         old = self._snapshot.table if self._snapshot is not None else None
@@ -580,8 +594,33 @@ class Node:
                            what, getattr(cb, "__qualname__", repr(cb)), partition)
             return None
 
+    # ----- exclusive mode: from the runner's thread to the application loop -------------------
+    def _t_acquired(self, grant: Grant) -> None:
+        self._to_app(self._x_acquired, grant)
+
+    def _t_release(self, partition: int, reason: str) -> Awaitable[Any]:
+        """The runner awaits the payload on its loop; cancelling that wait (the release deadline
+        passed) cancels the drain on the application loop."""
+        thread = self._thread
+        assert thread is not None
+        payload: asyncio.Future = thread.loop.create_future()
+        release = _Release(partition, reason, lambda value: thread.to_member(_resolve, payload, value))
+        payload.add_done_callback(lambda f: f.cancelled() and thread.to_app(release.cancel))
+        self._to_app(self._x_release, release)
+        return payload
+
+    def _t_ended(self, partition: int) -> None:
+        self._to_app(self._x_ended, partition)
+
+    def _to_app(self, fn: Callable[..., object], *args: object) -> None:
+        assert self._thread is not None
+        self._thread.to_app(fn, *args)
+
     # ----- exclusive mode: what the runner tells the application ------------------------------
     def _x_acquired(self, grant: Grant) -> None:
+        assert self._runner is not None
+        if self._runner.holding.grants.get(grant.partition) is not grant:
+            return  # ended (or acquired again) before this loop got to it: nothing to start
         self._published.add(grant.partition)
         self._publish(OwnershipChange(frozenset({grant.partition}), frozenset(), self.table.checksum))
         self._check_leaderships()
@@ -595,6 +634,30 @@ class Node:
         self._check_leaderships()
         return results
 
+    def _x_release(self, release: _Release) -> None:
+        """Run the ``released`` handlers of a partition being handed on; the payload goes back to
+        the runner once the awaitable ones finished (``release.cancel``: stop draining)."""
+        if release.cancelled:
+            return  # the deadline passed before this loop ran: ownership ended (``_x_ended`` follows)
+        results = self._x_releasing(release.partition, release.reason)
+        pending = [r for r in results if inspect.isawaitable(r)]
+        if not pending:
+            release.resolve(next((r for r in results if r is not None), None))
+            return
+        release.drain = asyncio.ensure_future(self._drain(release.partition, pending))
+        release.drain.add_done_callback(lambda t: release.resolve(None if t.cancelled() else t.result()))
+
+    async def _drain(self, partition: int, pending: list[Awaitable[Any]]) -> Any:
+        payload = None
+        for result in await asyncio.gather(*pending, return_exceptions=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError):
+                    raise result
+                _log.error("released handler for partition %d raised %r (handing it on anyway)", partition, result)
+            elif payload is None:
+                payload = result
+        return payload
+
     def _x_ended(self, partition: int) -> None:
         """Ownership ended without a drain (lease lost, declared dead): stop at once. An async
         handler still runs (its cleanup), but nothing waits for it: the partition may already
@@ -602,3 +665,26 @@ class Node:
         for result in self._x_releasing(partition, "ended"):
             if inspect.isawaitable(result):
                 asyncio.ensure_future(result)
+
+
+@dataclass
+class _Release:
+    """One partition being handed on, as the application loop sees it."""
+
+    partition: int
+    reason: str
+    resolve: Callable[[Any], None]  # sends the payload to the runner (its thread)
+    cancelled: bool = False
+    drain: asyncio.Future | None = None
+
+    def cancel(self) -> None:
+        """The runner gave up (release deadline): stop the drain; ownership is over."""
+        self.cancelled = True
+        if self.drain is not None:
+            self.drain.cancel()
+
+
+def _resolve(payload: asyncio.Future, value: Any) -> None:
+    """On the membership thread: hand the payload to the runner unless it gave up waiting."""
+    if not payload.done():
+        payload.set_result(value)

@@ -1,5 +1,9 @@
 """The exclusive-ownership core (``placement.exclusive``) run for real, inside a ``Node``.
 
+It runs on the node's membership thread (``placement.node_thread``), beside the gossip member, so
+lease renewals and witness answers go on while the application's loop is blocked; the
+application's handlers run on the application's loop, reached through ``_Hooks``.
+
 The rules live in the pure core; this module only carries them out, the way the simulator's
 ``SwimNode`` does under a simulated clock: it feeds the core the live view, the handoff
 datagrams and ``loop.time()``; it sends what the core asks for on the gossip socket (sealed
@@ -8,25 +12,30 @@ of the application's handlers:
 
 * ``Acquired`` -> the node's ``acquired`` handlers (with the fencing epoch and the previous
   owner's payload in ``Grant``);
-* ``Release`` -> the ``released`` handlers. A handler may return an awaitable (an ``async def``
-  handler does): the partition is handed on once it completes, and what it returns (a
-  checkpoint, an offset) travels to the next owner in the note. It is cancelled at the
-  release deadline, after which ownership ends anyway;
+* ``Release`` -> the ``released`` handlers, on the application's loop. A handler may return an
+  awaitable (an ``async def`` handler does): the partition is handed on once it completes, and
+  what it returns (a checkpoint, an offset) travels to the next owner in the note. ``_Hooks.release``
+  gives the runner one awaitable for all of that; it is cancelled at the release deadline, after
+  which ownership ends anyway;
 * ``Ended`` without a ``Release`` first (the lease ran out, the cluster declared this node
   dead) -> the ``released`` handlers too, at once: the partition may already be someone else's.
 
 What this module must not do is decide anything: no timer here changes who owns what.
+
+The application thread reads what this node holds from ``holding``, an immutable ``Holding``
+replaced (one reference store) after every change, never from the core's dicts, which this
+thread mutates. Its ``valid_until`` is on ``time.monotonic()``, the clock of asyncio's loops, so
+``may_work`` turns False the instant the lease lapses, whatever either loop is doing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from membership import MemberInfo
@@ -37,7 +46,7 @@ from . import handoff_wire
 from .exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
 from .table import PlacementTable, TableConfig
 
-__all__ = ["Grant", "ExclusiveRunner"]
+__all__ = ["Grant", "ExclusiveRunner", "Holding"]
 
 _log = logging.getLogger("placement.node")
 
@@ -54,10 +63,25 @@ class Grant:
     since: float  # time.time() when acquired (for display only: clocks are not compared)
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What this node holds, as published for other threads (never mutated once published)."""
+
+    valid_until: float = 0.0  # time.monotonic() at which the quorum lease ends
+    grants: Mapping[int, Grant] = field(default_factory=dict)  # every partition held, draining included
+    releasing: Mapping[int, float] = field(default_factory=dict)  # partition -> drain deadline
+    owned: frozenset[int] = frozenset()  # held and not being released
+
+    def valid(self) -> bool:
+        return time.monotonic() < self.valid_until
+
+
 @dataclass
 class _Hooks:
+    """Called on the runner's thread; each reaches the application's loop."""
+
     acquired: Callable[[Grant], None]
-    releasing: Callable[[int, str], list[Any]]  # calls the handlers, returns their results
+    release: Callable[[int, str], Awaitable[Any]]  # runs the handlers; resolves to the payload
     ended: Callable[[int], None]
 
 
@@ -75,8 +99,15 @@ class ExclusiveRunner:
         self._table_view: dict[str, float] = {}
         self._hooks = hooks
         self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder)
-        self.grants: dict[int, Grant] = {}
+        self._grants: dict[int, Grant] = {}
+        self.holding = Holding()
+        # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
+        # (a handoff of 1,000 partitions ends in 1,000 release_done calls; rebuilding after each
+        # was quadratic), then reach the handlers in order, after the state they may read.
+        self._unpublished: list[Acquired | Release | Ended] = []
+        self._flush_handle: asyncio.Handle | None = None
         self._draining: dict[int, asyncio.Task] = {}
+        self._released: list[tuple[int, int, Any]] = []  # (partition, epoch, payload) drained, not yet told
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._left = asyncio.Event()
@@ -113,8 +144,9 @@ class ExclusiveRunner:
 
     def close(self) -> None:
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        for handle in (self._timer, self._flush_handle):
+            if handle is not None:
+                handle.cancel()
         for task in self._draining.values():
             task.cancel()
 
@@ -137,25 +169,29 @@ class ExclusiveRunner:
 
     def owned_now(self) -> frozenset[int]:
         """Partitions this node may start work on: owned, not being released, lease valid."""
-        own = self.own
-        if self._loop.time() >= own.valid_until:
-            return frozenset()
-        return frozenset(p for p, o in own.owned.items() if not o.releasing)
+        h = self.holding
+        return h.owned if h.valid() else frozenset()
 
     def holds(self, partition: int, epoch: int) -> bool:
         """Still owned at ``epoch`` (also while draining), under a lease valid now."""
-        o = self.own.owned.get(partition)
-        return o is not None and o.epoch == epoch and self._loop.time() < self.own.valid_until
+        h = self.holding
+        g = h.grants.get(partition)
+        return g is not None and g.epoch == epoch and h.valid()
+
+    def grant(self, partition: int) -> Grant | None:
+        """The grant of a partition held under a lease valid now (draining included)."""
+        h = self.holding
+        return h.grants.get(partition) if h.valid() else None
 
     def release_deadline(self, partition: int) -> float | None:
-        o = self.own.owned.get(partition)
-        return o.deadline if o is not None and o.releasing else None
+        return self.holding.releasing.get(partition)
 
     def releasing(self) -> frozenset[int]:
-        return frozenset(p for p, o in self.own.owned.items() if o.releasing)
+        return frozenset(self.holding.releasing)
 
     def status(self) -> dict[str, Any]:
-        own, now = self.own, self._loop.time()
+        """Read from any thread: counts and scalars only, no iteration over the core's dicts."""
+        own, now = self.own, time.monotonic()
         return {
             "owned": len(self.owned_now()),
             "releasing": len(self.releasing()),
@@ -181,20 +217,13 @@ class ExclusiveRunner:
 
     def _drive(self) -> None:
         own, now = self.own, self._loop.time()
-        while True:
-            done: list[tuple[int, Any]] = []  # released at once (no awaitable handler)
-            for action in own.actions():
-                if isinstance(action, Acquired):
-                    grant = Grant(action.partition, action.epoch, action.payload, time.time())
-                    self.grants[action.partition] = grant
-                    self._hooks.acquired(grant)
-                elif isinstance(action, Release):
-                    self._start_release(action, done)
-                elif isinstance(action, Ended):
-                    self._ended(action)
-            if not done:
-                break
-            own.releases_done(done, now)  # the rules run once for all of them
+        actions = own.actions()
+        if actions:
+            self._unpublished.extend(actions)
+            if self._flush_handle is None:
+                self._flush_handle = self._loop.call_soon(self._flush)
+        elif self.holding.valid_until != own.valid_until:  # a renewal: published at once
+            self.holding = dataclasses.replace(self.holding, valid_until=own.valid_until)
         by_dst: dict[str, list[Any]] = {}
         for dst, msg in own.messages(now):
             by_dst.setdefault(dst, []).append(msg)
@@ -217,38 +246,66 @@ class ExclusiveRunner:
             self._timer_at = due
             self._timer = self._loop.call_at(due, self._tick)
 
-    def _start_release(self, action: Release, done: list[tuple[int, Any]]) -> None:
-        p = action.partition
-        if p in self._draining:
-            return  # already draining (an earlier deadline only shortens what the core waits)
-        results = self._hooks.releasing(p, action.reason)
-        pending = [r for r in results if inspect.isawaitable(r)]
-        if not pending:
-            done.append((p, next((r for r in results if r is not None), None)))
+    def _flush(self) -> None:
+        """Publish what is held now, then carry out the actions since the last flush, in order."""
+        self._flush_handle = None
+        actions, self._unpublished = self._unpublished, []
+        if self.closed:
             return
-        epoch = self.own.owned[p].epoch
-        self._draining[p] = asyncio.ensure_future(self._drain(p, epoch, pending))
+        own = self.own
+        grants: dict[int, Grant] = {}
+        for action in actions:
+            if isinstance(action, Acquired):
+                grants[action.partition] = self._grants[action.partition] = Grant(
+                    action.partition, action.epoch, action.payload, time.time())
+            elif isinstance(action, Ended):
+                self._grants.pop(action.partition, None)
+        releasing = {p: o.deadline for p, o in own.owned.items() if o.releasing}
+        held = {p: self._grants[p] for p in own.owned}
+        self.holding = Holding(own.valid_until, held, releasing, frozenset(held.keys() - releasing.keys()))
+        for action in actions:
+            if isinstance(action, Acquired):
+                self._hooks.acquired(grants[action.partition])
+            elif isinstance(action, Release):
+                self._start_release(action)
+            elif isinstance(action, Ended):
+                self._ended(action)
 
-    async def _drain(self, p: int, epoch: int, pending: list[Awaitable[Any]]) -> None:
-        payload = None
+    def _start_release(self, action: Release) -> None:
+        p = action.partition
+        o = self.own.owned.get(p)
+        if p in self._draining or o is None:
+            return  # already draining (an earlier deadline only shortens what the core waits), or ended
+        self._draining[p] = asyncio.ensure_future(self._drain(p, o.epoch, self._hooks.release(p, action.reason)))
+
+    async def _drain(self, p: int, epoch: int, released: Awaitable[Any]) -> None:
         try:
-            for result in await asyncio.gather(*pending, return_exceptions=True):
-                if isinstance(result, BaseException):
-                    if isinstance(result, asyncio.CancelledError):
-                        raise result
-                    _log.error("released handler for partition %d raised %r (handing it on anyway)", p, result)
-                elif payload is None:
-                    payload = result
+            payload = await released
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the node isolates handler errors; this is the last line of defence
+            _log.exception("releasing partition %d failed (handing it on anyway)", p)
+            payload = None
         finally:
             self._draining.pop(p, None)
-        o = self.own.owned.get(p)
-        if not self.closed and o is not None and o.epoch == epoch:
-            self.own.release_done(p, self._loop.time(), payload)
-            self._drive()
+        self._released.append((p, epoch, payload))
+        if len(self._released) == 1:
+            self._loop.call_soon(self._finish_releases)
+
+    def _finish_releases(self) -> None:
+        """The drains that finished in this loop iteration, handed to the core together (their
+        payloads come back from the application loop in batches, through its mailbox)."""
+        batch, self._released = self._released, []
+        if self.closed:
+            return
+        done = [(p, payload) for p, epoch, payload in batch
+                if (o := self.own.owned.get(p)) is not None and o.epoch == epoch]
+        if done:
+            self.own.releases_done(done, self._loop.time())  # the rules run once for all of them
+        self._drive()
 
     def _ended(self, action: Ended) -> None:
         p = action.partition
-        self.grants.pop(p, None)
         task = self._draining.pop(p, None)
         if task is not None:  # the deadline passed: ownership is over, stop the drain
             task.cancel()

@@ -208,7 +208,7 @@ def test_node_declared_dead_releases_everything_then_reacquires_after_holddown()
         log.clear()
         cfg = n2.config.membership_config()
         lie = forge(cfg, "zz", [Dead("n2", n2.member.core.incarnation, "zz")])
-        n2.member.datagram_received(lie, ("127.0.0.1", 9))
+        await n2._thread.call(n2.member.datagram_received, lie, ("127.0.0.1", 9))  # where the member runs
         await eventually(lambda: n2.declared_dead_count == 1, what="DeclaredDead handled")
         assert n2.owned_partitions() == frozenset() and not n2.owns("anything")
         assert sorted(log) == [("released", p) for p in sorted(held)]

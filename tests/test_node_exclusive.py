@@ -205,7 +205,7 @@ def test_handoff_datagrams_are_sealed_and_foreign_ones_dropped_and_counted():
 
         owned = first.owned_partitions()
         for data in (handoff_wire.encode("n2", Note(next(iter(owned)), 99)), b"\xc1P\x00\xff", b"\xc1P"):
-            first.member.datagram_received(data, second.member.bound)
+            await first._thread.call(first.member.datagram_received, data, second.member.bound)
         assert first.ownership_status()["dropped"] == before + 3
         assert first.owned_partitions() == owned
         # The HTTP view of it.
