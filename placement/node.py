@@ -201,6 +201,7 @@ class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self._member: Member | None = None
+        self._closed = False  # close() was called: leave() has nothing left to do
         self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
@@ -257,8 +258,8 @@ class Node:
 
     async def leave(self, timeout_s: float = 2.0) -> None:
         """Graceful leave: release every partition, announce the leave, stop."""
-        if self._member is None or self._thread is None or self._leaving:
-            return
+        if self._member is None or self._thread is None or self._leaving or self._closed:
+            return  # not started, already leaving, or stopped abruptly (close): nothing to hand on
         self._leaving = True
         runner, thread = self._runner, self._thread
         if runner is not None:
@@ -278,6 +279,7 @@ class Node:
 
     def close(self) -> None:
         """Abrupt stop, as if the process died (others will detect it)."""
+        self._closed = True
         if self._thread is not None:
             self._thread.close()
         self._end_streams()
