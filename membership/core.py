@@ -181,7 +181,7 @@ def _ring_key(node_id: str) -> tuple[int, str]:
 
 
 class _Member:
-    __slots__ = ("node_id", "addr", "meta", "incarnation", "status", "since")
+    __slots__ = ("node_id", "addr", "meta", "incarnation", "status", "since", "heard")
 
     def __init__(self, node_id: str, addr: Addr, meta: Meta, incarnation: int, status: str,
                  since: float) -> None:
@@ -191,9 +191,10 @@ class _Member:
         self.incarnation = incarnation
         self.status = status
         self.since = since
+        self.heard: float | None = None  # last datagram from it (operators' "last heard from")
 
     def info(self) -> MemberInfo:
-        return MemberInfo(self.node_id, self.addr, self.status, self.incarnation, self.meta)
+        return MemberInfo(self.node_id, self.addr, self.status, self.incarnation, self.meta, self.heard)
 
 
 class _Probe:
@@ -417,6 +418,9 @@ class Swim:
         if self._leaving:
             self._drop("leaving")
             return
+        sender = self._members.get(env.sender)
+        if sender is not None:
+            sender.heard = now
         self._handle(env, addr, now)
 
     def handle_timer(self, now: float) -> None:

@@ -77,6 +77,9 @@ class MemberInfo:
     status: str  # ALIVE | SUSPECT | DEAD | LEFT
     incarnation: int
     meta: Meta
+    #: When this member last heard a datagram from it (the clock the core is driven with; None:
+    #: never). Not part of equality: it changes with every datagram, the member does not.
+    heard_at: float | None = field(default=None, compare=False)
 
     @property
     def is_live(self) -> bool:

@@ -18,6 +18,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import time
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Annotated, Any, Protocol
@@ -80,6 +81,8 @@ class MemberOut(BaseModel):
     incarnation: int
     weight: float
     tags: dict[str, str]
+    heard_s_ago: float | None = Field(None, description="seconds since this node last received a datagram from "
+                                                       "the member (null: never; this node itself)")
 
 
 class Owner(BaseModel):
@@ -223,6 +226,8 @@ def _member_out(m: MemberInfo) -> dict[str, Any]:
     return {
         "id": m.node_id, "gossip": f"{m.addr[0]}:{m.addr[1]}", "http": m.meta.http, "status": m.status,
         "incarnation": m.incarnation, "weight": m.meta.weight, "tags": dict(m.meta.tags),
+        # The membership core runs on loop time, i.e. time.monotonic() (asyncio's clock).
+        "heard_s_ago": None if m.heard_at is None else round(max(0.0, time.monotonic() - m.heard_at), 2),
     }
 
 

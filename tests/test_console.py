@@ -243,3 +243,25 @@ def test_bad_event_queries_are_problems():
         assert ignored.status_code == 200 and [e["seq"] for e in ignored.json()["events"]] == [last]
 
     run_cluster(check, size=1)
+
+
+def test_members_say_how_long_ago_each_was_heard_from():
+    async def check(client, nodes, urls):
+        async def heard():
+            return {m["id"]: m["heard_s_ago"] for m in (await client.get("/v1/members")).json()}
+
+        await eventually_async(lambda: heard(), lambda h: h["n1"] is None and h["n2"] is not None and h["n2"] < 3,
+                               what="n2 heard from recently")
+        nodes[1].close()  # silent from now on: its age grows past the probe period
+        await eventually_async(lambda: heard(), lambda h: h["n2"] is not None and h["n2"] > 1.5,
+                               what="n2's silence visible")
+
+    run_cluster(check, size=2)
+
+
+async def eventually_async(get, predicate, timeout_s=15.0, what="condition"):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate(value := await get()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {value}")
+        await asyncio.sleep(0.1)

@@ -30,7 +30,8 @@ def test_members_placement_owners():
     async def check(client, node):
         members = (await client.get("/v1/members")).json()
         assert [m["id"] for m in members] == ["n1"]
-        assert set(members[0]) == {"id", "gossip", "http", "status", "incarnation", "weight", "tags"}
+        assert set(members[0]) == {"id", "gossip", "http", "status", "incarnation", "weight", "tags", "heard_s_ago"}
+        assert members[0]["heard_s_ago"] is None  # itself: never "heard"
         assert members[0]["status"] == "alive" and members[0]["http"] == "http://n1.test"
 
         r = await client.get("/v1/placement")

@@ -76,10 +76,11 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
     lines = [f"node {s['node']} at {s['url']}  placement {s['checksum'][:12]}  "
              f"{s['partitions']} partitions x {s['replicas']} replicas",
              "members: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
-             f"{'id':<16}{'status':<9}{'incarnation':>12}{'weight':>8}{'leads':>7}{'replica of':>11}  http"]
+             f"{'id':<16}{'status':<9}{'incarnation':>12}{'weight':>8}{'leads':>7}{'replica of':>11}{'heard':>8}  http"]
     for m in sorted(s["members"], key=lambda m: m["id"]):
+        heard = m.get("heard_s_ago")
         lines.append(f"{m['id']:<16}{m['status']:<9}{m['incarnation']:>12}{m['weight']:>8g}{m['leads']:>7}"
-                     f"{m['replica_of']:>11}  {m['http']}")
+                     f"{m['replica_of']:>11}{'-' if heard is None else f'{heard:.1f}s':>8}  {m['http']}")
     a = s["agreement"]
     answering = len(a["members"]) - len(a["unreachable"])
     if a["agree"]:

@@ -62,6 +62,12 @@ const wallNow = () => performance.timeOrigin + performance.now();
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
+// Seconds since the node last heard from a member (from /v1/members; blank: never, or itself).
+function heard(s) {
+  if (s === null || s === undefined) return "";
+  return s < 10 ? `${s.toFixed(1)} s` : s < 5400 ? `${s.toFixed(0)} s` : `${(s / 3600).toFixed(1)} h`;
+}
+
 function ago(at) {
   if (!at) return "";
   const s = Math.max(0, Date.now() / 1000 - at);
@@ -184,7 +190,8 @@ function renderMembers(force) {
     const tags = Object.entries(m.tags).map(([k, v]) => `${k}=${v}`).join(" ");
     return `<tr data-member="${esc(m.id)}" data-status="${esc(m.status)}"><td>${esc(m.id)}</td>` +
       `<td class="status">${esc(m.status)}</td><td class="num">${m.incarnation}</td><td class="num">${m.weight}</td>` +
-      `<td class="num">${leads.get(m.id) ?? 0}</td><td>${ago(state.lastChange.get(m.id))}</td>` +
+      `<td class="num">${leads.get(m.id) ?? 0}</td><td class="num">${heard(m.heard_s_ago)}</td>` +
+      `<td>${ago(state.lastChange.get(m.id))}</td>` +
       `<td>${esc(m.gossip)}</td><td>${esc(m.http)}</td><td>${esc(tags)}</td></tr>`;
   }).join("");
   if (force || rows !== state.membersHtml) {
