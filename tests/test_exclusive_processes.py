@@ -19,20 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from test_cluster_processes import free_ports
+
 pytestmark = pytest.mark.slow
 
 P = 32
 TESTS = Path(__file__).resolve().parent
-
-
-def free_ports(n, kind):
-    socks = [socket.socket(socket.AF_INET, kind) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Cluster:

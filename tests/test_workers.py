@@ -64,15 +64,24 @@ class Journal:
         return bad
 
 
+async def three_nodes(journal, fail_on=None, before_join=None):
+    """n1 founds the cluster, n2 and n3 join; each runs ``journal``'s processors. ``fail_on``:
+    a partition whose open raises on n1; ``before_join(node)`` runs on n3 right after its start."""
+    nodes, workers = [], []
+    for i in (1, 2, 3):
+        node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else ()))
+        await node.start()
+        if i == 3 and before_join is not None:
+            before_join(node)
+        nodes.append(node)
+        workers.append(PartitionWorkers(node, journal.factory(node, fail_on=fail_on if i == 1 else None)))
+    return nodes, workers
+
+
 def test_processors_run_per_partition_hand_checkpoints_on_and_never_overlap():
     async def main():
         journal = Journal()
-        nodes, workers = [], []
-        for i in (1, 2, 3):
-            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else ()))
-            await node.start()
-            nodes.append(node)
-            workers.append(PartitionWorkers(node, journal.factory(node, fail_on=5 if i == 1 else None)))
+        nodes, workers = await three_nodes(journal, fail_on=5)
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes), timeout_s=20)
         await eventually(lambda: all(w.running() == n.owned_partitions() for w, n in zip(workers, nodes)))
         assert workers[0].errors == 1  # the failing open was counted; the node carried on
@@ -104,14 +113,11 @@ def test_processors_run_per_partition_hand_checkpoints_on_and_never_overlap():
 def test_a_killed_owners_partitions_restart_elsewhere_with_higher_epochs():
     async def main():
         journal = Journal()
-        nodes, workers = [], []
-        for i in (1, 2, 3):
-            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else ()))
-            await node.start()
-            if i == 3:  # a member with a long history: its epochs are far above the others'
-                node._runner.own.epoch_clock = 100_000
-            nodes.append(node)
-            workers.append(PartitionWorkers(node, journal.factory(node)))
+
+        def long_history(node):  # a member whose epochs are far above the others'
+            node._runner.own.epoch_clock = 100_000
+
+        nodes, workers = await three_nodes(journal, before_join=long_history)
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes), timeout_s=20)
         victim = nodes[2]
         assert min(victim.grant(p).epoch for p in victim.owned_partitions()) > 100_000
