@@ -85,7 +85,8 @@ def test_processors_run_per_partition_hand_checkpoints_on_and_never_overlap():
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes), timeout_s=20)
         await eventually(lambda: all(w.running() == n.owned_partitions() for w, n in zip(workers, nodes)))
         assert workers[0].errors == 1  # the failing open was counted; the node carried on
-        await asyncio.sleep(0.3)  # some work everywhere (the journal is the thing under test)
+        await eventually(lambda: {n for _, n, _, _ in journal.units} == {"n1", "n2", "n3"},
+                         what="some work on every node")
         await nodes[2].leave()
         rest = nodes[:2]
         await eventually(lambda: owned_once(rest) and all(w.running() == n.owned_partitions()
