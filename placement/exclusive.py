@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .quorum_lease import LeaseMessage, QuorumLease, is_quorum
+from .quorum_lease import Install, LeaseMessage, QuorumLease, is_quorum, witnesses_of
 from .table import PlacementTable
 
 __all__ = [
@@ -238,10 +238,15 @@ class Ownership:
         self.me = me
         self.config = config
         self._tables = tables
+        # A process that did not found the cluster may be a restart that forgot what it
+        # promised as a witness: it takes no part in choosing views for a while.
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
-                                 resend_s=config.resend_s, max_drift=config.max_drift, now=now)
+                                 resend_s=config.resend_s, max_drift=config.max_drift, now=now,
+                                 quiet_s=0.0 if founder else 2 * config.lease_s)
         self.view: dict[str, float] = {me: 0.0}
-        self._weights: dict[str, float] = {}  # last weight seen of every member
+        #: No acquisition other than by note before then (rule 9): every ownership that could
+        #: still exist under an older view has ended by then.
+        self._create_after = math.inf
         self.suspects: set[str] = set()
         self.gone: dict[str, float] = {}  # dead or left member -> when this member learned it
         self.table: PlacementTable | None = None
@@ -256,6 +261,9 @@ class Ownership:
         self._consumed: set[tuple[str, int, int]] = set()  # notes taken: (sender, partition, epoch)
         #: Partitions this member passed on: to whom (None: dropped without a clean verdict).
         self._passed: dict[int, str | None] = {}
+        #: Partitions this member dropped itself and no longer leads: passed on by a note once a
+        #: take-back would be allowed (``_retry_pass_on``).
+        self._to_pass: dict[int, _Waiting] = {}
         self._view_changed_at = now
         self._now = now
         self.joined = founder  # heard from the cluster (or started it)
@@ -270,7 +278,9 @@ class Ownership:
         self._actions: list[Action] = []
         self.counters = Counters()
         if founder:
-            self.lease.set_stable([me])
+            self.lease.set_stable({me: 1.0}, now)
+            self.lease.installs.clear()
+            self._create_after = now  # nobody existed before the founder's first view
 
     # ------------------------------------------------------------------ inputs
 
@@ -292,8 +302,7 @@ class Ownership:
                 self.lease.forget(m)  # back: a later death needs a fresh proof
         self.view = view
         self.suspects = suspects
-        self._weights.update(view)
-        self.lease.hint(view, settled=self.joined and not suspects, healthy=view.keys() - suspects)
+        self.lease.hint(view, healthy=view.keys() - suspects)
         self._update()
 
     def receive(self, src: str, msg: Message, now: float) -> None:
@@ -405,7 +414,10 @@ class Ownership:
         now = self._now
         lease = self.lease
         lease.tick(now)
-        self._maybe_adopt_stable(now)
+        self._maybe_propose(now)
+        for ins in lease.installs:
+            self._installed(ins, now)
+        lease.installs.clear()
         self._note_first_stable()
         if lease.condemned:  # a witness refuses us: someone is taking our partitions over
             self._drop_all(now)
@@ -424,30 +436,65 @@ class Ownership:
                 self._end(p, o.deadline, None, timed_out=True)
         self._try_acquire(now)
 
+    def _installed(self, ins: Install, now: float) -> None:
+        """A new stable view (rule 9). A step from the view this member's lease was granted
+        under carries its ownership over, but releases already under way end by the end of that
+        lease, and so does everything if this member is not in the new view; any other change
+        (a jump over views it never held) drops everything first. Creating ownership (anything
+        but a note) then waits until every ownership of an older view has ended."""
+        c = self.config
+        lease = self.lease
+        stretch = lease.stretch
+        if ins.carried:
+            out = self.me not in ins.view.members
+            for p, o in self.owned.items():
+                if not (o.releasing or out):
+                    continue
+                deadline = min(o.deadline if o.releasing else now + c.handoff_timeout_s, ins.cap)
+                if not o.releasing or deadline < o.deadline:
+                    o.releasing, o.deadline, o.reason = True, deadline, o.reason or "moved"
+                    self._actions.append(Release(p, deadline, o.reason, now))
+        elif lease.valid(now) and (self.owned or self.free or self._owned_this_generation):
+            self._drop_all(now)
+        wait = c.lease_s if ins.stepped else c.lease_s + c.handoff_timeout_s
+        self._create_after = ins.at + wait * stretch
+
+    def _may_create(self, now: float) -> bool:
+        """Rule 9: ownership other than by note only under a lease of the current stable view,
+        once every ownership of an older view has ended."""
+        lease = self.lease
+        return now >= self._create_after and lease.lease_num == lease.num and lease.valid(now)
+
     def _note_first_stable(self) -> None:
         if self.lease.stable and not self._founder and not self._first_stable_seen:
             self._first_stable_seen = True
             self._restarted = self.me in self.lease.stable
             self._restart_seen_at = self._now
 
-    def _maybe_adopt_stable(self, now: float) -> None:
-        """Adopt the view as the stable view: unchanged ``stable_after_s``, nobody suspect, only
-        while holding a lease, and only if it keeps a quorum of the current witnesses (Akka's
-        "a new decision needs a majority of the last stable view", at the witness level): a
-        view that lost them - a stale view after a split healed - cannot start a witness set
-        of its own beside the one that granted the leases it would have to condemn."""
+    def _maybe_propose(self, now: float) -> None:
+        """Propose the view as the next stable view (``placement.stable_views``): unchanged
+        ``stable_after_s``, nobody suspect, while holding a lease, and only if it keeps a quorum
+        of the current witnesses (Akka's "a new decision needs a majority of the last stable
+        view", at the witness level). A member a witness told that a successor is pending
+        helps choose it whatever its own view (a proposer may have died half-way)."""
         lease = self.lease
-        if (self.suspects or not self.joined or now - self._view_changed_at < self.config.stable_after_s
-                or not lease.valid(now) or not is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
+        if not self.joined or not lease.stable:
             return
-        lease.set_stable(self.view)
+        settled = not self.suspects and now - self._view_changed_at >= self.config.stable_after_s
+        if lease.help_choose or (settled and self.view != lease.weights and lease.valid(now)
+                                 and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
+            lease.propose(self.view, now, self._rank())
+
+    def _rank(self) -> int:
+        """Back-off order of competing proposers: this member's place in the witness ranking."""
+        return witnesses_of(self.view, len(self.view)).index(self.me)
 
     def _placement_view(self, without_me: bool = False) -> dict[str, float]:
         """Who may lead partitions: the *stable* view (the same at every member holding a lease
         under it), weighted as last seen. Not the local view: local views differ while changes
         spread, and a member that takes over from a holder it believes gone must agree with
         everyone else on where that holder's notes went (module docstring, rule 2)."""
-        view = {m: self._weights.get(m, 1.0) for m in self.lease.stable}
+        view = self.lease.weights
         if without_me:
             view.pop(self.me, None)
         return {m: w for m, w in view.items() if w > 0}
@@ -493,6 +540,8 @@ class Ownership:
         # expects partitions from itself, and takes them at once (nobody else exists).
         prev = old if old is not None else self._table_without_me()
         for p in mine:
+            if p in self._to_pass and p not in self.owned and p not in self.waiting:
+                self.waiting[p] = self._to_pass.pop(p)  # led by us again: ours to take back
             if p not in self.owned and p not in self.waiting:
                 holder = prev.owner(p) if prev is not None else self.me
                 cleared = False
@@ -509,17 +558,29 @@ class Ownership:
         lead = self._leader(p)
         if lead is None or lead == self.me:
             return
-        epoch = self.known_epoch.get(p, 0)
         if w.holder != self.me:
             self.counters.redirects += 1
-            self._send(lead, Redirect(p, w.holder, epoch))
-        elif self._may_take_back(w):
-            # This member was the last holder, stopped without a note, and nobody took it.
-            self.counters.notes_sent += 1
-            self._passed[p] = lead
-            self._send(lead, Note(p, epoch, None))
+            self._send(lead, Redirect(p, w.holder, self.known_epoch.get(p, 0)))
         else:
-            self._passed[p] = None  # dropped it, and a taker may hold it: it will hand it on
+            # This member was the last holder and stopped without a note: a note re-creates the
+            # right to p, so it goes out only when a take-back would be allowed (rules 5, 9).
+            self._to_pass[p] = w
+            self._retry_pass_on(self._now, self._may_create(self._now))
+
+    def _retry_pass_on(self, now: float, create: bool) -> None:
+        """Pass on the partitions this member dropped and no longer leads, once allowed."""
+        for p, w in list(self._to_pass.items()):
+            lead = self._leader(p)
+            if lead is None or lead == self.me:
+                continue
+            if create and self._may_take_back(w):
+                del self._to_pass[p]
+                self.counters.notes_sent += 1
+                self._passed[p] = lead
+                self._send(lead, Note(p, self.known_epoch.get(p, 0), None))
+            elif w.generation != self.lease.generation and self.lease.clean.get(w.generation) is False:
+                del self._to_pass[p]
+                self._passed[p] = None  # a taker may hold it: it will hand it on
 
     def _answer_query(self, src: str, p: int) -> None:
         """Whom to ask next: the member this one waits for, or the one it passed ``p`` to. A
@@ -573,7 +634,9 @@ class Ownership:
             return
         c = self.config
         lease = self.lease
-        restart = self._restart_free(now)  # once: for what the restarted process waits for now
+        create = self._may_create(now)  # rule 9: anything but a note waits for this
+        self._retry_pass_on(now, create)
+        restart = self._restart_free(now) and create  # once: for what the restarted process waits for now
         if restart:
             self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(self.me))
             if not lease.want(self.epoch_clock + len(self.waiting), now):
@@ -588,7 +651,7 @@ class Ownership:
                 # Not "ask whoever would take it over now": after the view changed, that need not
                 # be the member that took it (measured: 3,067 dual partition-s after a split). Only
                 # the verdict, or a Redirect from the member that waited on us, says nobody did.
-                if self._may_take_back(w):
+                if create and self._may_take_back(w):
                     if not self._epoch_ready(now):
                         return
                     self._acquire(p, self.known_epoch.get(p, 0), None, now, how="back")
@@ -602,7 +665,7 @@ class Ownership:
                 since = self.gone.setdefault(w.holder, now)
                 lease.condemn(w.holder, now)
                 free = lease.free_at(w.holder)
-                if free is not None and now >= max(free, since + c.takeover_grace_s):
+                if create and free is not None and now >= max(free, since + c.takeover_grace_s):
                     # Above every epoch the holder used (rule 8).
                     self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(w.holder))
                     if not self._epoch_ready(now):
@@ -647,6 +710,7 @@ class Ownership:
 
     def _acquire(self, p: int, epoch: int, payload: Any, now: float, *, how: str) -> None:
         self.waiting.pop(p, None)
+        self._to_pass.pop(p, None)
         self._passed.pop(p, None)
         # A note of ours for p still being resent is obsolete now (we hold p again).
         self._out = [o for o in self._out if not (isinstance(o.msg, Note) and o.msg.partition == p)]

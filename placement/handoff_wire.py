@@ -27,6 +27,7 @@ import msgpack
 
 from .exclusive import Message, Note, NoteAck, Query, Redirect
 from .quorum_lease import Condemn, CondemnReply, LeaseReply, LeaseReq
+from .stable_views import Accept, Accepted, Decided, Prepare, Promise
 
 __all__ = ["MAGIC", "encode", "decode"]
 
@@ -58,6 +59,19 @@ def _ids(v: Any) -> bool:
     return isinstance(v, list) and len(v) <= 4096 and all(map(_id, v))
 
 
+def _id_or_none(v: Any) -> bool:
+    return v == "" or _id(v)
+
+
+def _weights(v: Any) -> bool:
+    return isinstance(v, list) and len(v) <= 4096 and all(
+        isinstance(w, float) and math.isfinite(w) and w >= 0 for w in v)
+
+
+def _bool(v: Any) -> bool:
+    return type(v) is bool
+
+
 def _seconds(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
@@ -73,10 +87,15 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
-    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH)),
-    5: (LeaseReply, (_EPOCH, _CK, lambda v: type(v) is bool, _EPOCH, _ids)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights)),
+    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool)),
     6: (Condemn, (_id, _CK, _EPOCH)),
-    7: (CondemnReply, (_id, _EPOCH, _CK, lambda v: type(v) is bool, _seconds, _EPOCH)),
+    7: (CondemnReply, (_id, _EPOCH, _CK, _bool, _seconds, _EPOCH)),
+    8: (Prepare, (_EPOCH, _EPOCH, _CK)),
+    9: (Promise, (_EPOCH, _EPOCH, _bool, _EPOCH, _id_or_none, _ids, _weights)),
+    10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights)),
+    11: (Accepted, (_EPOCH, _EPOCH, _bool)),
+    12: (Decided, (_EPOCH, _ids, _weights)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
@@ -128,7 +147,7 @@ def _message(item: Any) -> Message | None:
     values = item[1:]
     if len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
-    return cls(*(tuple(v) if isinstance(v, list) and check is _ids else v for check, v in zip(checks, values)))
+    return cls(*(tuple(v) if check is _ids or check is _weights else v for check, v in zip(checks, values)))
 
 
 def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, list[Message]] | None:

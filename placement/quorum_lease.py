@@ -55,22 +55,26 @@ it. Epochs of a partition therefore rise across crash takeovers too, under the s
 one-witness-set assumption as the lease itself; a witness that restarted forgets reserves (its
 "no grant since my start" makes waiting safe, not epochs monotonic).
 
-Known limit: the witness set follows the stable view. Members adopt a new stable view only
-while they hold a lease, and a witness grants only requests made under its own stable view, so
-in a connected cluster the two sides of any grant and any condemnation use one witness set.
-Two stable views can coexist only when connectivity is not transitive (A sees B and C, which
-do not see each other) for longer than ``stable_after_s``; see docs/ownership.md.
+Stable views and their witness sets form one linear history (``placement.stable_views``): view
+n+1 is chosen by a quorum of W(n), and a witness that accepted a successor of its view grants
+nothing more under it. A member that adopts view n+1 keeps its ownership only if its lease was
+granted under view n (a *step*); any other adoption (a *jump* over a view it never held, or a
+second step on a lease of an older view) first drops everything it owns (``installs``, acted
+on by ``placement.exclusive``). So every lease under a view older than n+1 ends within
+``lease_s (1+rho)/(1-rho)`` of learning n+1 (``learned_at``), whatever the witness sets were.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
-__all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage",
-           "witnesses_of", "is_quorum", "view_checksum"]
+from .stable_views import (Accept, Accepted, Decided, Prepare, Promise, StableViews, View, ViewMessage, is_quorum,
+                           witnesses_of)
+
+__all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
+           "witnesses_of", "is_quorum"]
 
 #: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
 #: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
@@ -83,8 +87,10 @@ class LeaseReq:
     generation: int
     stable: int
     cleared: int = 0  # a condemnation (its nonce) the requester has acted on: it dropped everything
-    members: tuple[str, ...] = ()  # the requester's stable view, for a witness that has none yet
+    members: tuple[str, ...] = ()  # the requester's stable view, for a witness behind it
     reserve: int = 0  # fencing epochs the requester may use up to (``QuorumLease.reserve``)
+    num: int = 0  # the number of the requester's stable view
+    weights: tuple[float, ...] = ()  # with ``members``
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,10 @@ class LeaseReply:
     stable: int
     granted: bool
     condemned: int  # nonce of a standing condemnation of the requester (0: none)
-    members: tuple[str, ...] = ()  # the witness's stable view, when it is not the requester's
+    members: tuple[str, ...] = ()  # the witness's stable view, when it is later than the requester's
+    num: int = 0  # the number of the witness's stable view
+    weights: tuple[float, ...] = ()  # with ``members``
+    pending: bool = False  # refused: the witness accepted a successor of the view (finish choosing it)
 
 
 @dataclass(frozen=True)
@@ -113,23 +122,19 @@ class CondemnReply:
     reserve: int = 0  # highest epoch reserve the witness granted the subject
 
 
-LeaseMessage = Union[LeaseReq, LeaseReply, Condemn, CondemnReply]
+LeaseMessage = Union[LeaseReq, LeaseReply, Condemn, CondemnReply, ViewMessage]
 
 
-def view_checksum(members: Iterable[str]) -> int:
-    return zlib.crc32("\n".join(sorted(members)).encode())
-
-
-def witnesses_of(members: Iterable[str], k: int) -> tuple[str, ...]:
-    """The k members ranking highest by CRC-32 of ("witness", id); ties by id."""
-    ranked = sorted(members, key=lambda m: (-zlib.crc32(b"witness/" + m.encode()), m))
-    return tuple(ranked[:k])
-
-
-def is_quorum(group: Iterable[str], witnesses: tuple[str, ...]) -> bool:
-    inside = set(group) & set(witnesses)
-    n = len(witnesses)
-    return n > 0 and (2 * len(inside) > n or (2 * len(inside) == n and witnesses[0] in inside))
+@dataclass(frozen=True)
+class Install:
+    """A stable view was installed at ``at``. ``carried``: a step from the view the lease was
+    granted under, so ownership may carry over (releases under way end by ``cap``, the end of
+    that lease); otherwise whatever the member owns must be dropped first."""
+    view: View
+    stepped: bool  # the member held the previous view (num - 1)
+    carried: bool
+    cap: float
+    at: float
 
 
 @dataclass
@@ -146,16 +151,21 @@ class QuorumLease:
     """The lease of member ``me`` and its witness duties (module docstring)."""
 
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
-                 max_drift: float, now: float) -> None:
+                 max_drift: float, now: float, quiet_s: float = 0.0) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.resend_s = resend_s
         self.stretch = (1 + max_drift) / (1 - max_drift)
-        self.stable: tuple[str, ...] = ()
-        self.stable_ck = view_checksum(())
-        self.witnesses: tuple[str, ...] = ()
+        #: The linear history of stable views (``placement.stable_views``); a restarted
+        #: process takes no part in choosing views for ``quiet_s`` (it forgot its promises).
+        self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=now + quiet_s,
+                                 send=self._queue, on_install=self._installed)
+        #: Views installed and not yet acted on by the owner (``placement.exclusive``).
+        self.installs: list[Install] = []
+        self.learned_at = now  # when the installed view was learned
+        self.lease_num = 0  # the view the latest quorum grant (``valid_until``) was made under
         self.generation = 0
         self.valid_until = float("-inf")
         #: A witness condemned this member: the owner of this lease must drop everything.
@@ -177,8 +187,11 @@ class QuorumLease:
         self._next_round = now
         self._rounds: dict[int, tuple[float, int, set[str], int]] = {}  # seq -> (sent, generation, granted by, reserve)
         self._view: frozenset[str] = frozenset()
-        self._settled = False
         self._healthy: frozenset[str] = frozenset()
+        #: A witness said a successor of our view is pending: help choose it (``propose``).
+        self.help_choose = False
+        self._to_self: list[tuple[str, ViewMessage]] = []
+        self._flushing = False
         # witness side
         self._condemnations: dict[str, int] = {}  # member -> nonce of its standing condemnation
         self._reserves: dict[str, int] = {}  # member -> highest epoch reserve granted to it
@@ -198,23 +211,61 @@ class QuorumLease:
     def valid(self, now: float) -> bool:
         return now < self.valid_until
 
-    def set_stable(self, members: Iterable[str]) -> None:
-        members = tuple(sorted(members))
-        if members == self.stable:
-            return
-        self._past = (self._past + [self.stable_ck])[-16:]
-        self.stable = members
-        self.stable_ck = view_checksum(members)
-        self.witnesses = witnesses_of(members, self.k)
+    # ------------------------------------------------------------------ the stable view
+
+    @property
+    def stable(self) -> tuple[str, ...]:
+        return self.views.view.members
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return self.views.view.weighted()
+
+    @property
+    def num(self) -> int:
+        return self.views.view.num
+
+    @property
+    def stable_ck(self) -> int:
+        return self.views.view.ck
+
+    @property
+    def witnesses(self) -> tuple[str, ...]:
+        return self.views.witnesses
+
+    def set_stable(self, members: Iterable[str] | Mapping[str, float], now: float | None = None) -> None:
+        """Install the next view directly: the founder's first view, and tests. (Members of a
+        cluster get later views chosen, ``propose``, or learn them.)"""
+        weighted = dict(members) if isinstance(members, Mapping) else dict.fromkeys(members, 1.0)
+        self.views.install(View.of(self.num + 1, weighted), self._born if now is None else now)
+
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
+        """Propose ``weighted`` as the next stable view (``placement.stable_views``)."""
+        self.help_choose = False
+        self.views.propose(weighted, now, rank)
+        self._flush_self(now)
+
+    def _installed(self, old: View, new: View, now: float) -> None:
+        stepped = old.num > 0 and new.num == old.num + 1
+        carried = stepped and self.valid(now) and self.lease_num == old.num
+        self.installs.append(Install(new, stepped, carried, self.valid_until, now))
+        self.learned_at = now
+        self._past = (self._past + [old.ck])[-16:]
         self._rounds.clear()  # grants under the old view no longer count
+        self._teach.clear()
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
-    def hint(self, view: Iterable[str], settled: bool, healthy: Iterable[str] = ()) -> None:
-        """The current view, whether it is settled (nobody suspect, this member joined), and the
-        members seen alive and not suspect (a witness does not condemn those)."""
+    def _learn(self, num: int, members: tuple[str, ...], weights: tuple[float, ...], now: float) -> None:
+        """A later view, from a reply or a request (members only use chosen views)."""
+        view = View.checked(num, members, weights)
+        if view is not None:
+            self.views.install(view, now)
+
+    def hint(self, view: Iterable[str], healthy: Iterable[str] = ()) -> None:
+        """The current view, and the members seen alive and not suspect (a witness does not
+        condemn those)."""
         self._view = frozenset(view)
-        self._settled = settled
         self._healthy = frozenset(healthy)
 
     def drop(self, owned: bool) -> None:
@@ -233,6 +284,8 @@ class QuorumLease:
         self._rounds.clear()
 
     def tick(self, now: float) -> None:
+        self.views.tick(now)
+        self._flush_self(now)
         if now >= self._next_round:
             self._next_round = now + self.renew_s
             targets = self.witnesses or witnesses_of(self._view, self.k)
@@ -246,10 +299,12 @@ class QuorumLease:
                 self._rounds[self._seq] = (now, self.generation, set(), self.reserve)
                 for old in [q for q in self._rounds if q < self._seq - 8]:
                     del self._rounds[old]
+                v = self.views.view
                 for w in targets:
-                    members = self.stable if w in self._teach else ()
-                    self._send(w, LeaseReq(self._seq, self.generation, self.stable_ck, self._echo.get(w, 0), members,
-                                           self.reserve), now)
+                    taught = w in self._teach
+                    self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0),
+                                           v.members if taught else (), self.reserve, v.num,
+                                           v.weights if taught else ()), now)
         for subject, c in self._condemning.items():
             if now >= c.next_send and not self._condemn_done(c):
                 c.next_send = now + self.resend_s
@@ -271,18 +326,14 @@ class QuorumLease:
         else:
             self._echo.pop(src, None)  # lifted
             self._note_clean(src)
-        if r.stable != self.stable_ck:
-            # Another stable view. A member without a lease (a joiner, a member back after a
-            # split the others moved on from) adopts the witnesses' view, even before it is in
-            # it: safety needs grants and condemnations to use one witness set, not membership.
-            # A member whose settled view is exactly that view adopts it at once instead of
-            # waiting out stable_after_s, so witnesses and members switch together.
-            members = frozenset(r.members)
-            if members and src in members and (not self.valid(now) or (self._settled and members == self._view)):
-                self.set_stable(r.members)
-            elif not members and self.stable:
-                self._teach.add(src)  # a witness that has no stable view yet: tell it ours
+        if r.num > self.num and r.members:
+            self._learn(r.num, r.members, r.weights, now)  # a later view: a step, or a jump (``installs``)
             return
+        if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
+            self._teach.add(src)  # a witness behind us: send it our view
+            return
+        if r.pending:
+            self.help_choose = True
         self._teach.discard(src)
         rnd = self._rounds.get(r.seq)
         if rnd is None or src not in self.witnesses or not r.granted:
@@ -296,6 +347,7 @@ class QuorumLease:
                 # The latest renewal's quorum: a taker condemns under the witness set that
                 # granted it (the stable view in force), so the two quorums share a witness.
                 self.valid_until = sent + self.lease_s
+                self.lease_num = self.num
                 self._last_quorum[gen] = frozenset(granted)
 
     def want(self, epoch: int, now: float) -> bool:
@@ -325,21 +377,26 @@ class QuorumLease:
     # ------------------------------------------------------------------ witness side
 
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
-        if not self.stable and req.members and view_checksum(req.members) == req.stable:
-            self.set_stable(req.members)  # borrowed, as a joiner borrows from a reply
+        if req.num > self.num and req.members:
+            self._learn(req.num, req.members, req.weights, now)  # the requester is ahead of us
         nonce = self._condemnations.get(src, 0)
         if nonce and req.cleared == nonce:
             del self._condemnations[src]  # it dropped everything after hearing of it
             nonce = 0
-        if req.stable != self.stable_ck or not self.stable:
+        v = self.views.view
+        if req.num != v.num or req.stable != v.ck or not v.members:
             self.requests_refused += 1
-            return LeaseReply(req.seq, self.stable_ck, False, nonce, self.stable)
-        if nonce:
+            ahead = v.num > req.num
+            return LeaseReply(req.seq, v.ck, False, nonce, v.members if ahead else (), v.num,
+                              v.weights if ahead else ())
+        if nonce or self.views.pending:
+            # Condemned; or a successor of this view is accepted here, so no lease under it may
+            # be granted any more (``placement.stable_views``, point 3).
             self.requests_refused += 1
-            return LeaseReply(req.seq, self.stable_ck, False, nonce)
+            return LeaseReply(req.seq, v.ck, False, nonce, num=v.num, pending=self.views.pending)
         self._last_grant[src] = now
         self._reserves[src] = max(self._reserves.get(src, 0), req.reserve)
-        return LeaseReply(req.seq, self.stable_ck, True, 0)
+        return LeaseReply(req.seq, v.ck, True, 0, num=v.num)
 
     def on_condemn(self, src: str, c: Condemn, now: float) -> CondemnReply:
         # Also for a stable view this witness has left: it grants nothing under it any more, so
@@ -401,7 +458,12 @@ class QuorumLease:
     # ------------------------------------------------------------------ plumbing
 
     def receive(self, src: str, msg: LeaseMessage, now: float) -> None:
-        if isinstance(msg, LeaseReq):
+        if isinstance(msg, (Prepare, Promise, Accept, Accepted, Decided)):
+            reply = self.views.receive(src, msg, now)
+            if reply is not None:
+                self._send(src, reply, now)
+            self._flush_self(now)
+        elif isinstance(msg, LeaseReq):
             self._send(src, self.on_request(src, msg, now), now)
         elif isinstance(msg, LeaseReply):
             self.on_reply(src, msg, now)
@@ -416,12 +478,28 @@ class QuorumLease:
         else:
             self._out.append((dst, msg))
 
+    def _queue(self, dst: str, msg: ViewMessage) -> None:
+        """For ``StableViews``: a message to ourselves is delivered once the view machine has
+        returned (``_flush_self``), never re-entering it while it runs."""
+        (self._to_self if dst == self.me else self._out).append((dst, msg))
+
+    def _flush_self(self, now: float) -> None:
+        if self._flushing:
+            return
+        self._flushing = True
+        try:
+            while self._to_self:
+                _, msg = self._to_self.pop(0)
+                self.receive(self.me, msg, now)
+        finally:
+            self._flushing = False
+
     def messages(self) -> list[tuple[str, LeaseMessage]]:
         out, self._out = self._out, []
         return out
 
     def next_time(self) -> float:
-        t = self._next_round
+        t = min(self._next_round, self.views.next_time())
         for c in self._condemning.values():
             if not self._condemn_done(c):
                 t = min(t, c.next_send)

@@ -1,0 +1,340 @@
+"""Numbered stable views with a linear history: view n+1 is chosen by a quorum of the witnesses
+of view n, by single-decree Paxos, so no two members ever install different successors of one
+view (sans-I/O: messages and ``now`` in, messages out).
+
+Theory of operation
+===================
+
+Why. Ownership (``placement.exclusive``) is computed from the *stable view*, and leases
+(``placement.quorum_lease``) are granted by the witnesses of the stable view. When every member
+adopted its own settled view as the next stable view, two members could, for a moment, hold
+different successors of one view, with different witness sets whose majorities need not share
+a member; each could then prove a dead holder stopped and take the same partition (the
+"witness-set change gap" docs/ownership.md measured: 8 of 200 random fault schedules with two
+owners). Vertical Paxos (Lamport, Malkhi, Zhou, PODC 2009) fixes the same problem for
+configurations: configuration c+1 is decided by configuration c. Here:
+
+1. A view is ``(num, members, weights)``; the founder's first view is number 1.
+2. The successor of view n is chosen among the witnesses W(n) of view n by single-decree Paxos
+   (Lamport, "Paxos Made Simple", 2001): phase 1 ``Prepare``/``Promise`` with ballots
+   ``(round, proposer id)``, phase 2 ``Accept``/``Accepted``; a value is chosen once a quorum
+   of W(n) (``quorum_lease.is_quorum``) accepted it in one ballot. Two quorums of W(n) share a
+   witness, so at most one successor of n is ever chosen. The proposer then installs it and
+   tells every member of both views (``Decided``); lease replies and later ``Prepare`` answers
+   carry it too, so everyone learns it.
+3. A witness that has *accepted* any successor of n grants no more leases under n
+   (``QuorumLease.on_request``). Every lease under n was granted by a quorum of W(n), which
+   shares a witness with the accepting quorum; that witness granted before it accepted, so
+   every lease of view n was requested before n+1 was chosen, and so before anyone learned
+   n+1. A member that learned n+1 at local time L therefore knows that every lease under n
+   (and, by induction, under any older view) ends by L + lease_s (1+rho)/(1-rho).
+4. Witnesses only move forward: they install any later view they learn (from ``Decided``, a
+   reply, or a request: members only use views that were chosen) and then take part only in
+   choosing its successor.
+
+Proposers. Any member whose view settled may propose it; a member told by a witness that a
+successor is pending (accepted, not known to be chosen) proposes too, so a proposer that died
+mid-way cannot block the view forever (phase 1 finds the accepted value and finishes it).
+Competing proposers retry with higher rounds after a back-off that grows with their rank, so
+one of them wins.
+
+Known limit: an acceptor forgets its promises when its process restarts. A restarted witness
+therefore takes no part in choosing views for ``quiet_s`` after its start: a successor chosen
+before it crashed reaches the other members within that time in any run where messages are
+delivered within it (an assumption, stated in docs/ownership.md; not needed by anything else).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["View", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
+           "view_checksum", "witnesses_of", "is_quorum"]
+
+
+def view_checksum(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> int:
+    """CRC-32 of the view's number, members and weights (weights decide placement, so two views
+    that differ only in a weight are different views)."""
+    text = f"{num}\n" + "\n".join(f"{m}={w!r}" for m, w in sorted(zip(members, weights)))
+    return zlib.crc32(text.encode())
+
+
+def witnesses_of(members, k: int) -> tuple[str, ...]:
+    """The k members ranking highest by CRC-32 of ("witness", id); ties by id."""
+    ranked = sorted(members, key=lambda m: (-zlib.crc32(b"witness/" + m.encode()), m))
+    return tuple(ranked[:k])
+
+
+def is_quorum(group, witnesses: tuple[str, ...]) -> bool:
+    """More than half of ``witnesses``, or exactly half including the first: two quorums of one
+    witness set always share a witness."""
+    inside = set(group) & set(witnesses)
+    n = len(witnesses)
+    return n > 0 and (2 * len(inside) > n or (2 * len(inside) == n and witnesses[0] in inside))
+
+
+@dataclass(frozen=True)
+class View:
+    num: int
+    members: tuple[str, ...]  # sorted
+    weights: tuple[float, ...]  # in the order of ``members``
+    ck: int
+
+    @staticmethod
+    def of(num: int, weighted: Mapping[str, float]) -> "View":
+        members = tuple(sorted(weighted))
+        weights = tuple(float(weighted[m]) for m in members)
+        return View(num, members, weights, view_checksum(num, members, weights))
+
+    @staticmethod
+    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> "View | None":
+        """A view from a message, or None if its parts do not form one."""
+        if (num < 1 or not members or len(members) != len(weights) or list(members) != sorted(set(members))
+                or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)):
+            return None
+        return View(num, members, weights, view_checksum(num, members, weights))
+
+    def weighted(self) -> dict[str, float]:
+        return dict(zip(self.members, self.weights))
+
+
+NO_VIEW = View(0, (), (), view_checksum(0, (), ()))
+
+
+@dataclass(frozen=True)
+class Prepare:
+    slot: int  # the view number being chosen
+    rnd: int
+    base: int  # checksum of view slot - 1, as the proposer holds it
+
+
+@dataclass(frozen=True)
+class Promise:
+    """``ok``: the acceptor promised ballot (rnd, receiver); with what it accepted before
+    (``acc_rnd`` 0: nothing). Not ok: ``rnd`` is the round it promised instead."""
+    slot: int
+    rnd: int
+    ok: bool
+    acc_rnd: int = 0
+    acc_by: str = ""
+    members: tuple[str, ...] = ()
+    weights: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Accept:
+    slot: int
+    rnd: int
+    base: int
+    members: tuple[str, ...]
+    weights: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    slot: int
+    rnd: int
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Decided:
+    """View ``num`` was chosen (members use only chosen views, so anyone may pass it on)."""
+    num: int
+    members: tuple[str, ...]
+    weights: tuple[float, ...]
+
+
+ViewMessage = Prepare | Promise | Accept | Accepted | Decided
+
+
+@dataclass
+class _Proposal:
+    slot: int
+    base: View
+    witnesses: tuple[str, ...]
+    rnd: int
+    own: View  # the proposer's own value (used unless phase 1 finds an accepted one)
+    phase: int = 1
+    value: View | None = None
+    promises: dict[str, tuple[tuple[int, str], View | None]] = field(default_factory=dict)
+    accepted: set[str] = field(default_factory=set)
+    rank: int = 0
+    next_send: float = 0.0
+    give_up_at: float = 0.0
+
+
+class StableViews:
+    """The installed stable view of member ``me``, its acceptor for the successor, and its
+    proposer (module docstring). ``send(dst, msg)`` queues a message; ``on_install(old, new,
+    now)`` is called for every view installed, in order of number."""
+
+    def __init__(self, me: str, *, witnesses: int, resend_s: float, quiet_until: float,
+                 send: Callable[[str, ViewMessage], None],
+                 on_install: Callable[[View, View, float], None]) -> None:
+        self.me = me
+        self.k = witnesses
+        self.resend_s = resend_s
+        self.quiet_until = quiet_until
+        self._send = send
+        self._on_install = on_install
+        self.view: View = NO_VIEW
+        self.witnesses: tuple[str, ...] = ()
+        # acceptor of the successor of ``view``
+        self._promised: tuple[int, str] = (0, "")
+        self._accepted: tuple[tuple[int, str], View] | None = None
+        self._proposal: _Proposal | None = None
+        self._round_seen = 0
+        self.chosen_here = 0  # views this member got chosen (counter)
+
+    @property
+    def pending(self) -> bool:
+        """This witness accepted a successor of its view (chosen or not): it grants no more
+        leases under the view (module docstring, point 3)."""
+        return self._accepted is not None
+
+    def install(self, view: View, now: float) -> bool:
+        """Install ``view`` if it is later than the installed one (it must have been chosen)."""
+        if view.num <= self.view.num:
+            return False
+        old, self.view = self.view, view
+        self.witnesses = witnesses_of(view.members, self.k)
+        self._promised, self._accepted, self._proposal = (0, ""), None, None
+        self._on_install(old, view, now)
+        return True
+
+    # ------------------------------------------------------------------ proposer
+
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
+        """Propose ``weighted`` as the successor of the installed view (idempotent while an
+        attempt for that slot is under way). ``rank`` orders competing proposers' back-off."""
+        base = self.view
+        if not base.members:
+            return
+        p = self._proposal
+        if p is not None and p.slot == base.num + 1:
+            return
+        self._round_seen += 1
+        self._proposal = _Proposal(base.num + 1, base, self.witnesses, self._round_seen,
+                                   View.of(base.num + 1, weighted), rank=rank)
+        self._start(now)
+
+    def _start(self, now: float) -> None:
+        p = self._proposal
+        assert p is not None
+        p.phase, p.value, p.promises, p.accepted = 1, None, {}, set()
+        p.next_send = now
+        p.give_up_at = now + self.resend_s * (4 + 2 * p.rank)
+        self.tick(now)
+
+    def tick(self, now: float) -> None:
+        p = self._proposal
+        if p is None:
+            return
+        if now >= p.give_up_at:  # no quorum in time (duelling proposers, loss): a higher round
+            self._round_seen = max(self._round_seen, p.rnd) + 1
+            p.rnd = self._round_seen
+            self._start(now)
+            return
+        if now < p.next_send:
+            return
+        p.next_send = now + self.resend_s
+        for w in p.witnesses:
+            if p.phase == 1 and w not in p.promises:
+                self._send(w, Prepare(p.slot, p.rnd, p.base.ck))
+            elif p.phase == 2 and w not in p.accepted:
+                v = p.value
+                assert v is not None
+                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights))
+
+    def next_time(self) -> float:
+        p = self._proposal
+        return math.inf if p is None else min(p.next_send, p.give_up_at)
+
+    def _on_promise(self, src: str, m: Promise, now: float) -> None:
+        p = self._proposal
+        if p is None or m.slot != p.slot or src not in p.witnesses:
+            return
+        if not m.ok:
+            self._round_seen = max(self._round_seen, m.rnd)
+            return
+        if m.rnd != p.rnd or p.phase != 1:
+            return
+        prior = View.checked(m.slot, m.members, m.weights) if m.acc_rnd else None
+        p.promises[src] = ((m.acc_rnd, m.acc_by), prior)
+        if is_quorum(p.promises, p.witnesses):
+            # Paxos: the value accepted in the highest ballot, if any, else our own.
+            best = max(p.promises.values(), key=lambda bv: bv[0])
+            p.value = best[1] if best[1] is not None else p.own
+            p.phase, p.next_send = 2, now
+            self.tick(now)
+
+    def _on_accepted(self, src: str, m: Accepted, now: float) -> None:
+        p = self._proposal
+        if p is None or m.slot != p.slot or m.rnd != p.rnd or p.phase != 2 or src not in p.witnesses:
+            return
+        if not m.ok:
+            return
+        p.accepted.add(src)
+        if is_quorum(p.accepted, p.witnesses):
+            chosen = p.value
+            assert chosen is not None
+            tell = (set(p.base.members) | set(chosen.members)) - {self.me}
+            self.chosen_here += 1
+            self.install(chosen, now)
+            for m_id in sorted(tell):
+                self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights))
+
+    # ------------------------------------------------------------------ acceptor
+
+    def _decided(self) -> Decided:
+        v = self.view
+        return Decided(v.num, v.members, v.weights)
+
+    def _on_prepare(self, src: str, m: Prepare, now: float) -> ViewMessage | None:
+        if m.slot <= self.view.num:
+            return self._decided()  # chosen already: the proposer is behind
+        if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
+            return None  # behind (a request will teach us the view), or just restarted
+        ballot = (m.rnd, src)
+        if ballot <= self._promised:
+            return Promise(m.slot, self._promised[0], False)
+        self._promised = ballot
+        if self._accepted is None:
+            return Promise(m.slot, m.rnd, True)
+        (acc_rnd, acc_by), v = self._accepted
+        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights)
+
+    def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
+        if m.slot <= self.view.num:
+            return self._decided()
+        if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
+            return None
+        ballot = (m.rnd, src)
+        value = View.checked(m.slot, m.members, m.weights)
+        if value is None:
+            return None
+        if ballot < self._promised:
+            return Accepted(m.slot, m.rnd, False)
+        self._promised = ballot
+        self._accepted = (ballot, value)
+        return Accepted(m.slot, m.rnd, True)
+
+    def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
+        """Handle one message; the reply to send back to ``src``, if any."""
+        if isinstance(msg, Prepare):
+            return self._on_prepare(src, msg, now)
+        if isinstance(msg, Accept):
+            return self._on_accept(src, msg, now)
+        if isinstance(msg, Promise):
+            self._on_promise(src, msg, now)
+        elif isinstance(msg, Accepted):
+            self._on_accepted(src, msg, now)
+        else:
+            view = View.checked(msg.num, msg.members, msg.weights)
+            if view is not None:
+                self.install(view, now)
+        return None
