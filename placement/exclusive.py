@@ -272,6 +272,7 @@ class Ownership:
         self._first_stable_seen = False
         self._restart_seen_at = 0.0
         self.leaving = False
+        self._leave_started = math.inf
         self.fenced_reason: str | None = None
         self._owned_this_generation = False
         self._out: list[_Outgoing] = []
@@ -361,9 +362,11 @@ class Ownership:
         self._update()
 
     def leave(self, now: float) -> None:
-        """Graceful leave: release everything with notes; ``left_ready`` says when to announce."""
+        """Graceful leave: release everything with notes, then have a stable view without this
+        member chosen; ``left_ready`` says when to announce the leave."""
         self._now = now
         self.leaving = True
+        self._leave_started = now
         self._update()
 
     def handle_timer(self, now: float) -> None:
@@ -405,7 +408,16 @@ class Ownership:
 
     @property
     def left_ready(self) -> bool:
-        """Leaving, and every partition released and its note acknowledged."""
+        """Leaving, every partition released and its note acknowledged, and a stable view
+        without this member chosen - so the others need not wait for gossip and a stable view,
+        and a witness that leaves does not take its vote away from a tie (two members) - or,
+        if no view can be chosen, ``stable_after_s`` past the release deadline."""
+        if not self._released_all():
+            return False
+        return (self.me not in self.lease.stable
+                or self._now >= self._leave_started + self.config.handoff_timeout_s + self.config.stable_after_s)
+
+    def _released_all(self) -> bool:
         return self.leaving and not self.owned and not any(isinstance(o.msg, Note) for o in self._out)
 
     # ------------------------------------------------------------------ rules
@@ -480,7 +492,13 @@ class Ownership:
         lease = self.lease
         if not self.joined or not lease.stable:
             return
-        settled = not self.suspects and now - self._view_changed_at >= self.config.stable_after_s
+        if self._released_all() and self.me in lease.stable:
+            lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
+            return
+        # Only a view that changed since the stable view was learned: a member that has not yet
+        # heard what the stable view's proposer heard would otherwise propose the past back.
+        settled = (not self.suspects and now - self._view_changed_at >= self.config.stable_after_s
+                   and self._view_changed_at >= lease.learned_at)
         if lease.help_choose or (settled and self.view != lease.weights and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank())

@@ -220,6 +220,13 @@ class Cluster:
         self.metrics.action("leave", ids)
         self._membership_changed()
 
+    def set_weight(self, node_ids: Iterable[str], weight: float) -> None:
+        ids = [i for i in node_ids if self.nodes[i].up]
+        for i in ids:
+            self.nodes[i].set_weight(weight)
+        self.metrics.action(f"weight={weight:g}", ids)
+        self._membership_changed()
+
     def stall(self, node_ids: Iterable[str], seconds: float) -> None:
         ids = [i for i in node_ids if self.nodes[i].up]
         for i in ids:

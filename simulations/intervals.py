@@ -84,14 +84,18 @@ class OwnershipLog:
                 self.closed.setdefault(p, []).append((start, action.at, node))
             self.timed_out += action.timed_out
 
-    def summary(self, t0: float, end: float, partitions: int) -> dict[str, Any]:
+    def summary(self, t0: float, end: float, partitions: int,
+                lease_ends: dict[int, float] | None = None) -> dict[str, Any]:
+        """``lease_ends``: per node, when its lease ends; an interval still open ends then if
+        that is before ``end`` (the node is frozen and has not noticed yet)."""
         from .metrics import percentiles  # metrics imports this module
 
         if not self.records:
             return {"exclusive": False}
         per: dict[int, list] = {p: list(v) for p, v in self.closed.items()}
+        ends = lease_ends or {}
         for (p, node), (start, _) in self.open.items():
-            per.setdefault(p, []).append((start, end, node))
+            per.setdefault(p, []).append((start, max(start, min(end, ends.get(node, end))), node))
         dual = orphan = 0.0
         examples = []
         for p in range(partitions):

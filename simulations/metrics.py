@@ -173,6 +173,13 @@ class Recorder:
         warm-up included: an interval may start before measuring does)."""
         self.ownership_log.record(node.index, action, self.sim.now)
 
+    def _lease_ends(self) -> dict[int, float]:
+        """Per node still owning at the end: when its lease ends. A node frozen until after the
+        run never reported the end of its ownership; it would say, on waking, that it ended
+        with its lease (``Ended.at``), as a crash while frozen does (``SwimNode.crash``)."""
+        return {n.index: n.own.valid_until for n in self.cluster.nodes.values()
+                if getattr(n, "own", None) is not None}
+
     # ------------------------------------------------------------------ sampled: ownership
 
     def _sample(self) -> None:
@@ -304,7 +311,7 @@ class Recorder:
             "balance_max_over_mean_worst": max(s["balance"]) if s["balance"] else None,
             "dual_ownership_partition_s": round(self.dual_ps, 3),
             "orphan_partition_s": round(self.orphan_ps, 3),
-            **self.ownership_log.summary(t0, end, self.partitions),
+            **self.ownership_log.summary(t0, end, self.partitions, self._lease_ends()),
             "datagrams_per_member_s": round(datagrams / node_s, 3),
             "bytes_per_member_s": round(bytes_ / node_s, 1),
             "max_datagram_bytes": sim.max_datagram,

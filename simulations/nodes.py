@@ -105,6 +105,10 @@ class Node:
     def loop_lag(self, lag_s: float) -> None:
         """The loop woke ``lag_s`` late (after a stall). Models may tell their protocol."""
 
+    def set_weight(self, weight: float) -> None:
+        """The operator changed this node's weight (models that place by weight announce it)."""
+        self.weight = weight
+
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
         raise NotImplementedError
 
@@ -188,8 +192,11 @@ class SwimNode(Node):
 
     def crash(self) -> None:
         if self.own is not None and self._on_ownership is not None:
-            for p, o in self.own.owned.items():  # a dead process processes nothing
-                self._on_ownership(self, Ended(p, o.epoch, self.sim.now))
+            # A dead process processes nothing; one that was frozen stopped earlier, when its
+            # lease ran out (its workers check the lease before each unit of work).
+            end = min(self.sim.now, self.own.valid_until)
+            for p, o in self.own.owned.items():
+                self._on_ownership(self, Ended(p, o.epoch, end))
         self.own = None
         super().crash()
         self.core = None
@@ -209,6 +216,17 @@ class SwimNode(Node):
 
     def loop_lag(self, lag_s: float) -> None:
         self.core.report_loop_lag(lag_s, self.sim.now)
+
+    def set_weight(self, weight: float) -> None:
+        """Gossip the new weight (a new incarnation of our metadata), as ``Node`` does."""
+        super().set_weight(weight)
+        if self.core is None or not self.up:
+            return
+        self.core.update_meta(Meta(weight=weight), self.sim.now)
+        self.view[self.node_id] = weight
+        self._view_version += 1
+        self._view_dirty = self.own is not None
+        self._flush()
 
     # ------------------------------------------------------------------ driving the core
 

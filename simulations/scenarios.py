@@ -108,14 +108,32 @@ def rolling_restart(cluster: Cluster, duration_s: float, down_s: float = 5.0, ev
         _later(cluster, t + down_s, cluster.restart, [node_id])
 
 
-@scenario("split", "50/50 network partition at t=10 for `split_s` seconds, then heal",
-          nodes=16, duration_s=120.0)
-def split(cluster: Cluster, duration_s: float, split_s: float = 60.0) -> None:
+@scenario("split", "network partition at t=10 for `split_s` seconds, then heal; `fraction` of the nodes "
+          "on one side (0.5: 50/50, 0.7: 70/30)", nodes=16, duration_s=120.0)
+def split(cluster: Cluster, duration_s: float, split_s: float = 60.0, fraction: float = 0.5) -> None:
     def cut() -> None:
         ids = _ids(cluster)
-        cluster.partition(ids[: len(ids) // 2], ids[len(ids) // 2:])
+        k = round(fraction * len(ids))
+        cluster.partition(ids[:k], ids[k:])
     _later(cluster, 10.0, cut)
     _later(cluster, 10.0 + split_s, cluster.heal)
+
+
+@scenario("oneway", "asymmetric partition at t=10 for `cut_s` seconds: `fraction` of the nodes no longer "
+          "hear the others, who still hear them", nodes=16, duration_s=120.0)
+def oneway(cluster: Cluster, duration_s: float, cut_s: float = 30.0, fraction: float = 0.25) -> None:
+    def cut() -> None:
+        ids = _ids(cluster)
+        k = max(1, round(fraction * len(ids)))
+        cluster.partition(ids[:k], ids[k:], both_ways=False)
+    _later(cluster, 10.0, cut)
+    _later(cluster, 10.0 + cut_s, cluster.heal)
+
+
+@scenario("weight-change", "one node's weight becomes `weight` at t=at_s (its share moves by handoff)",
+          nodes=16, duration_s=90.0)
+def weight_change(cluster: Cluster, duration_s: float, weight: float = 2.0, at_s: float = 10.0) -> None:
+    _later(cluster, at_s, lambda: cluster.set_weight(_pick(cluster, 1), weight))
 
 
 @scenario("loss", "packet loss `loss` on every link from t=0, one crash at t=`crash_at_s`",
