@@ -1,0 +1,184 @@
+"""Node start-up (issue 14 item 5): spawn -> first ``/healthz`` 200 and -> first ``/readyz`` 200.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_startup.py [--runs 10] [--poll-ms 10]
+
+The goal is ``/healthz`` 200 <= 1 s after the process is started. A wall time alone says little
+on a shared 2-core box, so the same run also measures references the node cannot beat (an
+empty interpreter; ``import fastapi, uvicorn``, which the HTTP server needs) and the import of
+the node's entry path, and prints each as a ratio to the empty interpreter:
+
+1. ``python -c pass`` and ``python -c "import fastapi, uvicorn"``: the floor;
+2. ``import placement.cli`` + ``build_parser()``: what every ``placement`` command pays before
+   it parses its flags;
+3. ``python -m placement.cli node ...`` alone (a new cluster), then a second node joining it
+   (a fresh pair each run): spawn -> ``/healthz`` 200 and -> ``/readyz`` 200 (which also waits
+   for the view to settle, ``settle_s`` = 1 s, and in exclusive mode for a quorum lease);
+4. the node path under ``python -X importtime`` once: the imports that cost most (cumulative,
+   top-level only), i.e. what deferring an import could save. (Modules loaded through
+   ``importlib.import_module`` - the CLI's subcommand modules - are not timed themselves, so
+   what they import shows up as top-level entries.)
+
+Every process is started with this interpreter and inherits ``PYTHONPATH``: point it at the
+checkout to measure (``PYTHONPATH=/tmp/before``) to compare two versions on the same box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PY = sys.executable
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _status(port: int, path: str) -> int | None:
+    """HTTP status of ``GET path`` on loopback, or None while nothing answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def _wait_200(proc: subprocess.Popen, port: int, path: str, t0: float, poll_s: float, deadline_s: float) -> float:
+    """Seconds from ``t0`` to the first 200 on ``path`` (polled every ``poll_s``)."""
+    deadline = t0 + deadline_s
+    while time.perf_counter() < deadline:
+        if _status(port, path) == 200:
+            return time.perf_counter() - t0
+        if proc.poll() is not None:
+            raise RuntimeError(f"node exited with status {proc.returncode} before {path} answered 200")
+        time.sleep(poll_s)  # the poll interval, not a wait for an effect: the deadline bounds it
+    raise RuntimeError(f"{path} did not answer 200 within {deadline_s} s")
+
+
+def _node_cmd(node_id: str, gossip: int, http_port: int, join: int | None, importtime: bool = False) -> list[str]:
+    cmd = [PY, *(["-X", "importtime"] if importtime else []), "-m", "placement.cli", "node", "--id", node_id,
+           "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http_port}"]
+    return cmd + (["--join", f"127.0.0.1:{join}"] if join is not None else [])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Graceful leave (SIGTERM), as an operator would stop it; kill if it hangs."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _spawn(node_id: str, join: int | None) -> tuple[subprocess.Popen, float, int, int]:
+    """Start a node process: (process, spawn time, gossip port, HTTP port)."""
+    gossip, http_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(_node_cmd(node_id, gossip, http_port, join), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, t0, gossip, http_port
+
+
+def time_pair(poll_s: float) -> tuple[float, float, float, float]:
+    """A node alone, then a second node joining it: spawn -> /healthz 200 and spawn -> /readyz
+    200 of each, in seconds. A fresh pair every time: each run sees the same cluster."""
+    first, t0, gossip, port = _spawn("n1", None)
+    try:
+        times = [_wait_200(first, port, path, t0, poll_s, 30.0) for path in ("/healthz", "/readyz")]
+        second, t0, _, port = _spawn("n2", gossip)
+        try:
+            times += [_wait_200(second, port, path, t0, poll_s, 30.0) for path in ("/healthz", "/readyz")]
+        finally:
+            _stop(second)
+    finally:
+        _stop(first)
+    return times[0], times[1], times[2], times[3]
+
+
+def time_command(code: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([PY, "-c", code], check=True)
+    return time.perf_counter() - t0
+
+
+def import_offenders(poll_s: float, top: int) -> list[tuple[str, float, float]]:
+    """(module, self ms, cumulative ms) of the costliest top-level imports of a node that is
+    started until its ``/healthz`` answers (``-X importtime`` writes to stderr)."""
+    gossip, http_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: the report outgrows a pipe's buffer
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(_node_cmd("it", gossip, http_port, None, importtime=True), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            _wait_200(proc, http_port, "/healthz", t0, poll_s, 30.0)
+        finally:
+            _stop(proc)
+        err.seek(0)
+        lines = err.read().splitlines()
+    rows = []
+    for line in lines:  # "import time: self [us] | cumulative | imported package"
+        if not line.startswith("import time:") or "imported package" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:"):].split("|")
+        if not name[1:].startswith(" "):  # top level: not imported from inside another module's import
+            rows.append((name.strip(), int(self_us) / 1000, int(cum_us) / 1000))
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def _row(what: str, times: list[float], floor: float) -> str:
+    med = statistics.median(times)
+    return f"| {what} | {1000 * med:.0f} ms | {1000 * max(times):.0f} ms | {med / floor:.1f}x |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--poll-ms", type=float, default=10.0)
+    ap.add_argument("--top", type=int, default=12, help="import offenders to list")
+    args = ap.parse_args()
+    poll_s = args.poll_ms / 1000
+
+    import placement
+
+    print(f"# Node start-up: {args.runs} runs, polled every {args.poll_ms:g} ms; placement from "
+          f"{os.path.dirname(placement.__file__)}; load average {os.getloadavg()[0]:.2f}\n")
+    # Interleaved, so the references and the node see the same machine over the run.
+    rows: dict[str, list[float]] = {k: [] for k in ("pass", "fastapi", "cli", "h1", "r1", "h2", "r2")}
+    for _ in range(args.runs):
+        rows["pass"].append(time_command("pass"))
+        rows["fastapi"].append(time_command("import fastapi, uvicorn"))
+        rows["cli"].append(time_command("import placement.cli as c; c.build_parser()"))
+        for key, t in zip(("h1", "r1", "h2", "r2"), time_pair(poll_s)):
+            rows[key].append(t)
+    floor = statistics.median(rows["pass"])
+    print("| what | median | max | x `python -c pass` |\n|---|---|---|---|")
+    for key, what in (("pass", "`python -c pass`"), ("fastapi", '`python -c "import fastapi, uvicorn"`'),
+                      ("cli", "`import placement.cli` + `build_parser()`"),
+                      ("h1", "node alone: spawn -> `/healthz` 200"), ("r1", "node alone: spawn -> `/readyz` 200"),
+                      ("h2", "node joining a seed: spawn -> `/healthz` 200"),
+                      ("r2", "node joining a seed: spawn -> `/readyz` 200")):
+        print(_row(what, rows[key], floor))
+    goal = max(rows["h1"] + rows["h2"]) <= 1.0
+    print(f"\n/healthz <= 1 s in every run: {'yes' if goal else 'NO'}; load average now {os.getloadavg()[0]:.2f}\n")
+    print("Costliest top-level imports of `placement.cli node` up to `/healthz` 200 (one run, -X importtime):\n")
+    print("| module | self | cumulative |\n|---|---|---|")
+    for name, self_ms, cum_ms in import_offenders(poll_s, args.top):
+        print(f"| {name} | {self_ms:.1f} ms | {cum_ms:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
