@@ -7,14 +7,15 @@ on a shared 2-core box, so the same run also measures references the node cannot
 empty interpreter; ``import fastapi, uvicorn``, which the HTTP server needs) and the import of
 the node's entry path, and prints each as a ratio to the empty interpreter:
 
-1. ``python -c pass`` and ``python -c "import fastapi, uvicorn"``: the floor;
+1. ``python -c pass``, ``python -c "import fastapi, uvicorn"`` and a minimal FastAPI app (one
+   route, served by uvicorn as the node is: spawn -> its first 200): the floor;
 2. ``import placement.cli`` + ``build_parser()``: what every ``placement`` command pays before
    it parses its flags;
 3. ``python -m placement.cli node ...`` alone (a new cluster), then a second node joining it
    (a fresh pair each run): spawn -> ``/healthz`` 200 and -> ``/readyz`` 200 (which also waits
    for the view to settle, ``settle_s`` = 1 s, and in exclusive mode for a quorum lease);
 4. the node path under ``python -X importtime`` once: the imports that cost most (cumulative,
-   top-level only), i.e. what deferring an import could save. (Modules loaded through
+   top-level only) and their sum, i.e. what deferring an import could save. (Modules loaded through
    ``importlib.import_module`` - the CLI's subcommand modules - are not timed themselves, so
    what they import shows up as top-level entries.)
 
@@ -109,15 +110,37 @@ def time_pair(poll_s: float) -> tuple[float, float, float, float]:
     return times[0], times[1], times[2], times[3]
 
 
+# The floor of "a Python process answers HTTP": FastAPI + uvicorn, nothing of this project.
+_MINIMAL_APP = """
+import sys, fastapi, uvicorn
+app = fastapi.FastAPI()
+@app.get("/healthz")
+async def healthz() -> dict:
+    return {"status": "ok"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off")
+"""
+
+
+def time_minimal_app(poll_s: float) -> float:
+    port = _free_port(socket.SOCK_STREAM)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([PY, "-c", _MINIMAL_APP, str(port)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return _wait_200(proc, port, "/healthz", t0, poll_s, 30.0)
+    finally:
+        _stop(proc)
+
+
 def time_command(code: str) -> float:
     t0 = time.perf_counter()
     subprocess.run([PY, "-c", code], check=True)
     return time.perf_counter() - t0
 
 
-def import_offenders(poll_s: float, top: int) -> list[tuple[str, float, float]]:
-    """(module, self ms, cumulative ms) of the costliest top-level imports of a node that is
-    started until its ``/healthz`` answers (``-X importtime`` writes to stderr)."""
+def import_offenders(poll_s: float) -> list[tuple[str, float, float]]:
+    """(module, self ms, cumulative ms) of the top-level imports of a node that is started
+    until its ``/healthz`` answers, costliest first (``-X importtime`` writes to stderr)."""
     gossip, http_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: the report outgrows a pipe's buffer
         t0 = time.perf_counter()
@@ -136,12 +159,12 @@ def import_offenders(poll_s: float, top: int) -> list[tuple[str, float, float]]:
         self_us, cum_us, name = line[len("import time:"):].split("|")
         if not name[1:].startswith(" "):  # top level: not imported from inside another module's import
             rows.append((name.strip(), int(self_us) / 1000, int(cum_us) / 1000))
-    return sorted(rows, key=lambda r: -r[2])[:top]
+    return sorted(rows, key=lambda r: -r[2])
 
 
 def _row(what: str, times: list[float], floor: float) -> str:
     med = statistics.median(times)
-    return f"| {what} | {1000 * med:.0f} ms | {1000 * max(times):.0f} ms | {med / floor:.1f}x |"
+    return f"| {what} | {1000 * med:.0f} ms | {1000 * max(times):.0f} ms | {med / floor:.2f} |"
 
 
 def main() -> None:
@@ -157,16 +180,18 @@ def main() -> None:
     print(f"# Node start-up: {args.runs} runs, polled every {args.poll_ms:g} ms; placement from "
           f"{os.path.dirname(placement.__file__)}; load average {os.getloadavg()[0]:.2f}\n")
     # Interleaved, so the references and the node see the same machine over the run.
-    rows: dict[str, list[float]] = {k: [] for k in ("pass", "fastapi", "cli", "h1", "r1", "h2", "r2")}
+    rows: dict[str, list[float]] = {k: [] for k in ("pass", "fastapi", "minimal", "cli", "h1", "r1", "h2", "r2")}
     for _ in range(args.runs):
         rows["pass"].append(time_command("pass"))
         rows["fastapi"].append(time_command("import fastapi, uvicorn"))
+        rows["minimal"].append(time_minimal_app(poll_s))
         rows["cli"].append(time_command("import placement.cli as c; c.build_parser()"))
         for key, t in zip(("h1", "r1", "h2", "r2"), time_pair(poll_s)):
             rows[key].append(t)
-    floor = statistics.median(rows["pass"])
-    print("| what | median | max | x `python -c pass` |\n|---|---|---|---|")
+    floor = statistics.median(rows["minimal"])
+    print("| what | median | max | median / minimal FastAPI app's |\n|---|---|---|---|")
     for key, what in (("pass", "`python -c pass`"), ("fastapi", '`python -c "import fastapi, uvicorn"`'),
+                      ("minimal", "minimal FastAPI app on uvicorn: spawn -> 200"),
                       ("cli", "`import placement.cli` + `build_parser()`"),
                       ("h1", "node alone: spawn -> `/healthz` 200"), ("r1", "node alone: spawn -> `/readyz` 200"),
                       ("h2", "node joining a seed: spawn -> `/healthz` 200"),
@@ -174,9 +199,11 @@ def main() -> None:
         print(_row(what, rows[key], floor))
     goal = max(rows["h1"] + rows["h2"]) <= 1.0
     print(f"\n/healthz <= 1 s in every run: {'yes' if goal else 'NO'}; load average now {os.getloadavg()[0]:.2f}\n")
-    print("Costliest top-level imports of `placement.cli node` up to `/healthz` 200 (one run, -X importtime):\n")
+    imports = import_offenders(poll_s)
+    print(f"Top-level imports of `placement.cli node` up to `/healthz` 200 (one run, -X importtime): "
+          f"{len(imports)} taking {sum(r[2] for r in imports):.0f} ms in all; the costliest:\n")
     print("| module | self | cumulative |\n|---|---|---|")
-    for name, self_ms, cum_ms in import_offenders(poll_s, args.top):
+    for name, self_ms, cum_ms in imports[:args.top]:
         print(f"| {name} | {self_ms:.1f} ms | {cum_ms:.1f} ms |")
 
 
