@@ -174,10 +174,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
     else:
         app = create_app(node, config.admin_token, on_leave=done.set)
-    # ws="none": the API has no WebSocket route (the console streams server-sent events), and
-    # uvicorn's default loads a WebSocket library before it serves (~12 ms of the start-up).
-    server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off",
-                                           ws="none"))
+    server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
     # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
     # serve() whatever install_signal_handlers says, stops serving at once and raises the
     # signal again afterwards: the node then saw its HTTP server gone and stopped abruptly.)

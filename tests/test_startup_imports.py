@@ -4,9 +4,8 @@ start-up path fails here on any machine, however fast or busy.
 
 The deferred ones (``benchmarks/bench_startup.py`` measured them): httpx (~50 ms; only the
 ``members``/``owners``/``cluster``/``status`` commands and the first ``/v1/agreement`` use it),
-prometheus_client (~10 ms; the first ``/metrics``), uvicorn's WebSocket protocol (~12 ms; the
-API has no WebSocket route). Spark, pandas, pyarrow, matplotlib and the simulator itself were
-never loaded by a node; they stay that way.
+prometheus_client (~10 ms; the first ``/metrics``). Spark, pandas, pyarrow, matplotlib and the
+simulator itself were never loaded by a node; they stay that way.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ import sys
 
 # Optional or heavy packages no ``placement`` command imports to parse its flags, nor a node
 # to serve; simulations and spark_jobs contribute only their ``cli`` modules (the subcommands).
-_NEVER_AT_START = {"httpx", "prometheus_client", "wsproto", "websockets", "pyspark", "pandas", "pyarrow",
-                   "matplotlib"}
+_NEVER_AT_START = {"httpx", "prometheus_client", "pyspark", "pandas", "pyarrow", "matplotlib"}
 _SUBCOMMAND_ONLY = {"simulations": "simulations.cli", "spark_jobs": "spark_jobs.cli"}
 
 # Runs ``placement node`` for real (ephemeral ports) and reports sys.modules at the moment
