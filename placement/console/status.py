@@ -11,20 +11,23 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from .. import argtypes
 from ..errors import PlacementError, SnapshotError
 from ..snapshot import PlacementSnapshot
 from .summary import balance
 
+if TYPE_CHECKING:
+    import httpx
+
 MSGPACK = "application/msgpack"
 RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused", "id-conflict")
 
 
 def _get(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response:
+    import httpx  # imported where used: every ``placement`` command registers this module (~50 ms)
+
     try:
         r = client.get(url + path, **kw)
     except httpx.HTTPError as exc:
@@ -109,6 +112,8 @@ def _age(seconds: float) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import httpx
+
     with httpx.Client(timeout=args.timeout) as client:
         shown = 0
         try:
