@@ -48,6 +48,9 @@ def _p(d: dict, key: str = "p50") -> str:
 def row(label: str, scenario: str, params: dict, nodes: int | None, duration: float | None, seed: int,
         baseline: bool) -> str:
     n = None if (nodes is None or (nodes == 16 and scenario in OWN_SIZE)) else nodes
+    if n is not None and scenario in ("scale-out", "scale-in"):  # by a quarter of the cluster
+        params = {**params, "to": n + n // 4 if scenario == "scale-out" else n - n // 4}
+        label = f"{scenario} {n}->{params['to']}"
     t0 = time.perf_counter()
     r = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim-exclusive", params=params)
     wall = time.perf_counter() - t0

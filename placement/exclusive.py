@@ -263,7 +263,7 @@ class Ownership:
         self._passed: dict[int, str | None] = {}
         #: Partitions this member dropped itself and no longer leads: passed on by a note once a
         #: take-back would be allowed (``_retry_pass_on``).
-        self._to_pass: dict[int, _Waiting] = {}
+        self._to_pass: dict[int, tuple[_Waiting, int]] = {}  # (entry, view number it left us in)
         self._view_changed_at = now
         self._now = now
         self.joined = founder  # heard from the cluster (or started it)
@@ -559,7 +559,7 @@ class Ownership:
         prev = old if old is not None else self._table_without_me()
         for p in mine:
             if p in self._to_pass and p not in self.owned and p not in self.waiting:
-                self.waiting[p] = self._to_pass.pop(p)  # led by us again: ours to take back
+                self.waiting[p] = self._to_pass.pop(p)[0]  # led by us again: ours to take back
             if p not in self.owned and p not in self.waiting:
                 holder = prev.owner(p) if prev is not None else self.me
                 cleared = False
@@ -582,16 +582,21 @@ class Ownership:
         else:
             # This member was the last holder and stopped without a note: a note re-creates the
             # right to p, so it goes out only when a take-back would be allowed (rules 5, 9).
-            self._to_pass[p] = w
+            self._to_pass[p] = (w, self.lease.num)
             self._retry_pass_on(self._now, self._may_create(self._now))
 
     def _retry_pass_on(self, now: float, create: bool) -> None:
         """Pass on the partitions this member dropped and no longer leads, once allowed."""
-        for p, w in list(self._to_pass.items()):
+        for p, (w, num) in list(self._to_pass.items()):
             lead = self._leader(p)
             if lead is None or lead == self.me:
                 continue
-            if create and self._may_take_back(w):
+            if num != self.lease.num:
+                # Rule 9 covers a note that re-creates p only in the view where p left this
+                # member (it led p in the view before, so nobody else was releasing it then).
+                del self._to_pass[p]
+                self._passed[p] = None
+            elif create and self._may_take_back(w):
                 del self._to_pass[p]
                 self.counters.notes_sent += 1
                 self._passed[p] = lead

@@ -317,7 +317,9 @@ class SwimNode(Node):
         released: list[tuple[int, int]] = []
         for action in own.actions():
             if isinstance(action, Release):
-                released.append((action.partition, own.owned[action.partition].epoch))
+                o = own.owned.get(action.partition)  # None: it ended in the same update (a jump)
+                if o is not None:
+                    released.append((action.partition, o.epoch))
             else:
                 self._owned_version += 1
             if self._on_ownership is not None:
