@@ -65,6 +65,54 @@ def row(label: str, scenario: str, params: dict, nodes: int | None, duration: fl
             f"| {wall:.0f} s |")
 
 
+def split_timing(fraction: float, nodes: int, seed: int, split_s: float = 60.0) -> dict:
+    """Exact, from the ownership intervals: after a split starts, when the losing side owns
+    nothing any more, and from when the winning side owns every partition until the heal."""
+    seen: dict = {}
+
+    def capture(cluster) -> None:
+        seen["cluster"] = cluster
+        cut = cluster.partition
+
+        def partition(a, b, **kw):
+            seen.setdefault("cut", (cluster.sim.now, list(a), list(b)))
+            return cut(a, b, **kw)
+        cluster.partition = partition
+
+    run_scenario("split", nodes=nodes, seed=seed, system="swim-exclusive", before_run=capture,
+                 params={"split_s": split_s, "fraction": fraction})
+    cluster = seen["cluster"]
+    start, side_a, side_b = seen["cut"]
+    heal = start + split_s
+    log = cluster.metrics.ownership_log
+    ids = {n.index: n.node_id for n in cluster.nodes.values()}
+    spans = [(p, a, b, ids[node]) for p, v in log.closed.items() for a, b, node in v]
+    spans += [(p, a, cluster.sim.now, ids[node]) for (p, node), (a, _) in log.open.items()]
+
+    def owned_in_split(side):
+        return [(p, a, b) for p, a, b, who in spans if who in side and a < heal and b > start]
+
+    a_own, b_own = owned_in_split(set(side_a)), owned_in_split(set(side_b))
+    # The winner still owns partitions at the heal; the loser owns nothing by then.
+    win, lose = (a_own, b_own) if sum(b >= heal for _, _, b in a_own) >= sum(b >= heal for _, _, b in b_own) \
+        else (b_own, a_own)
+    loser_zero = max((b for _, _, b in lose), default=start) - start
+    if any(b >= heal for _, _, b in lose):
+        loser_zero = None  # the losing side still owned something at the heal
+    held_from = {}
+    for p in range(cluster.placement.partitions):
+        run_start, run_end = None, -1.0  # the union of the winner's spans, walked in order
+        for a, b in sorted((a, b) for q, a, b in win if q == p):
+            if run_start is None or a > run_end:
+                run_start, run_end = a, b
+            else:
+                run_end = max(run_end, b)
+        held_from[p] = run_start if run_end >= heal else None  # the run that lasts to the heal
+    winner_all = None if any(t is None for t in held_from.values()) else max(max(held_from.values()) - start, 0.0)
+    return {"losing_side_owns_nothing_after_s": loser_zero, "winning_side_owns_all_after_s": winner_all,
+            "sides": (len(side_a), len(side_b))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=16)
@@ -72,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", nargs="*", help="row labels or scenario names to run")
     ap.add_argument("--no-baseline", action="store_true", help="skip the availability-first `swim` column")
+    ap.add_argument("--split-timing", action="store_true",
+                    help="only: when the losing side of a 50/50 and a 70/30 split owns nothing, and the winner all")
     args = ap.parse_args(argv)
+    if args.split_timing:
+        for fraction in (0.5, 0.7):
+            print(f"split {fraction:.0%} of N={args.nodes}:", split_timing(fraction, args.nodes, args.seed))
+        return 0
     rows = [m for m in MATRIX if not args.only or m[0] in args.only or m[1] in args.only]
     print("| scenario | N | dual partition-s | orphan partition-s | handoff p50 / p99 s | takeover p50 / p99 s "
           "| detection p50 / p99 s | handoffs timed out | epoch regressions | datagrams/member/s | `swim` dual "

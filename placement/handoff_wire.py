@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
-
-from typing import Protocol
+import zlib
+from typing import Any, Callable, Protocol
 
 import msgpack
 
@@ -29,7 +28,7 @@ from .exclusive import Message, Note, NoteAck, Query, Redirect
 from .quorum_lease import Condemn, CondemnReply, LeaseReply, LeaseReq
 from .stable_views import Accept, Accepted, Decided, Prepare, Promise
 
-__all__ = ["MAGIC", "encode", "decode"]
+__all__ = ["MAGIC", "encode", "encode_many", "decode", "decode_many", "Reassembler"]
 
 MAGIC = b"\xc1P"  # 0xc1 is "never used" in msgpack
 
@@ -101,8 +100,14 @@ _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
 
 #: Messages are packed together up to about this many bytes per datagram (below a 1,500-byte
-#: Ethernet MTU with IP, UDP and seal overhead); one larger message goes alone.
+#: Ethernet MTU with IP, UDP and seal overhead); a larger message goes in fragments.
 MAX_BODY = 1200
+
+#: A fragment: ``[FRAGMENT, message id, index, count, bytes of the packed message]``. Views
+#: (members and weights) outgrow one datagram from ~80 members; like IP fragmentation, a lost
+#: fragment loses the message, and the protocol's resends cover it.
+FRAGMENT = 13
+MAX_FRAGMENTS = 64
 
 
 def _fields(msg: Message) -> list[Any]:
@@ -115,22 +120,37 @@ def _datagram(body: list[Any], keyring: Keyring | None) -> bytes:
     return MAGIC + (keyring.seal(MAGIC, raw) if keyring is not None and keyring.keys else raw)
 
 
+def _fragments(packed: bytes, room: int) -> list[list[Any]]:
+    """A packed message cut into fragment items whose chunks take at most ``room`` bytes."""
+    step = room - 16  # the fragment item's own fields
+    count = -(-len(packed) // step)
+    if count > MAX_FRAGMENTS:
+        raise ValueError(f"a message of {len(packed)} bytes needs over {MAX_FRAGMENTS} datagrams")
+    ident = zlib.crc32(packed)  # the same message resent gets the same id: harmless
+    return [[FRAGMENT, ident, i, count, packed[i * step:(i + 1) * step]] for i in range(count)]
+
+
 def encode_many(src: str, msgs: list[Message], *, cluster: str = "", keyring: Keyring | None = None,
                 max_body: int = MAX_BODY) -> list[bytes]:
     """Datagrams carrying ``msgs`` in order, as few as fit ``max_body`` bytes each: a handoff
     of thousands of partitions to one member is dozens of datagrams, not thousands (one per
-    note overflowed receive buffers and made every receiver run its rules per note)."""
+    note overflowed receive buffers and made every receiver run its rules per note). A message
+    larger than a datagram goes alone, in fragments (``Reassembler``)."""
     out: list[bytes] = []
     batch: list[list[Any]] = []
-    size = len(cluster) + len(src) + 16
+    overhead = len(cluster.encode()) + len(src.encode()) + 16
+    size = overhead
     for msg in msgs:
         item = _fields(msg)
-        n = len(msgpack.packb(item, use_bin_type=True))
-        if batch and size + n > max_body:
+        packed = msgpack.packb(item, use_bin_type=True)
+        if overhead + len(packed) > max_body:
+            out.extend(_datagram([cluster, src, [f]], keyring) for f in _fragments(packed, max_body - overhead))
+            continue
+        if batch and size + len(packed) > max_body:
             out.append(_datagram([cluster, src, batch], keyring))
-            batch, size = [], len(cluster) + len(src) + 16
+            batch, size = [], overhead
         batch.append(item)
-        size += n
+        size += len(packed)
     if batch:
         out.append(_datagram([cluster, src, batch], keyring))
     return out
@@ -150,9 +170,53 @@ def _message(item: Any) -> Message | None:
     return cls(*(tuple(v) if check is _ids or check is _weights else v for check, v in zip(checks, values)))
 
 
-def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, list[Message]] | None:
+class Reassembler:
+    """Messages from their fragments, per sender. Bounded: at most ``max_partial`` messages
+    are in assembly at once (the oldest is dropped), so fragments that never complete (loss,
+    or garbage from a sender without the key) cost a fixed amount of memory."""
+
+    def __init__(self, max_partial: int = 64) -> None:
+        self.max_partial = max_partial
+        self._parts: dict[tuple[str, int, int], dict[int, bytes]] = {}
+        self.dropped = 0  # messages given up (evicted) or malformed once assembled
+
+    def add(self, src: str, ident: int, index: int, count: int, chunk: bytes) -> Message | None:
+        key = (src, ident, count)
+        parts = self._parts.pop(key, None) or {}
+        parts[index] = chunk
+        if len(parts) < count:
+            self._parts[key] = parts  # (re)inserted last: eviction order is oldest activity
+            if len(self._parts) > self.max_partial:
+                del self._parts[next(iter(self._parts))]
+                self.dropped += 1
+            return None
+        try:
+            item = msgpack.unpackb(b"".join(parts[i] for i in range(count)), raw=False, strict_map_key=True,
+                                   max_bin_len=65536, max_str_len=65536, max_array_len=4096, max_map_len=64)
+        except Exception:  # garbage inside well-formed fragments
+            item = None
+        msg = _message(item) if isinstance(item, list) and item and item[0] != FRAGMENT else None
+        if msg is None:
+            self.dropped += 1
+        return msg
+
+
+def _fragment(item: Any) -> tuple[int, int, int, bytes] | None:
+    if not (isinstance(item, list) and len(item) == 5 and item[0] == FRAGMENT):
+        return None
+    _, ident, index, count, chunk = item
+    if (type(ident) is int and 0 <= ident < 1 << 32 and type(count) is int and 2 <= count <= MAX_FRAGMENTS
+            and type(index) is int and 0 <= index < count and isinstance(chunk, bytes) and 0 < len(chunk) <= 2048):
+        return ident, index, count, chunk
+    return None
+
+
+def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = None,
+                reassembler: Reassembler | None = None) -> tuple[str, list[Message]] | None:
     """``(sender id, messages)``, or ``None`` for anything malformed (any message in it),
-    unsealed when a keyring is set, sealed with another key, or of another cluster."""
+    unsealed when a keyring is set, sealed with another key, or of another cluster. Fragments
+    go to ``reassembler`` (without one they are malformed); the messages list may then be
+    empty until the last fragment of a message arrives."""
     if not data.startswith(MAGIC):
         return None
     raw = data[len(MAGIC):]
@@ -169,10 +233,19 @@ def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = Non
     if (not isinstance(body, list) or len(body) != 3 or body[0] != cluster or not _id(body[1])
             or not isinstance(body[2], list) or not body[2]):
         return None
-    msgs = [_message(item) for item in body[2]]
-    if any(m is None for m in msgs):
-        return None
-    return body[1], msgs  # type: ignore[return-value]
+    msgs: list[Message] = []
+    for item in body[2]:
+        frag = _fragment(item) if reassembler is not None else None
+        if frag is not None:
+            whole = reassembler.add(body[1], *frag)  # type: ignore[union-attr]
+            if whole is not None:
+                msgs.append(whole)
+            continue
+        msg = _message(item)
+        if msg is None:
+            return None
+        msgs.append(msg)
+    return body[1], msgs
 
 
 def decode(data: bytes, *, cluster: str = "", keyring: Keyring | None = None) -> tuple[str, Message] | None:

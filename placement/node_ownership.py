@@ -112,6 +112,7 @@ class ExclusiveRunner:
         self._timer_at: float | None = None
         self._left = asyncio.Event()
         self.dropped: dict[str, int] = {"malformed": 0}
+        self._fragments = handoff_wire.Reassembler()  # views outgrow a datagram (~80 members)
         self.sent = 0
         self.no_address = 0
         self.closed = False
@@ -151,7 +152,8 @@ class ExclusiveRunner:
             task.cancel()
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        decoded = handoff_wire.decode_many(data, cluster=self._cluster, keyring=self._keyring)
+        decoded = handoff_wire.decode_many(data, cluster=self._cluster, keyring=self._keyring,
+                                           reassembler=self._fragments)
         if decoded is None:
             self.dropped["malformed"] += 1  # garbage, another cluster, or not sealed with our keys
             return
@@ -201,7 +203,7 @@ class ExclusiveRunner:
             "stable_members": len(own.lease.stable),
             "witnesses": list(own.lease.witnesses),
             "counters": dataclasses.asdict(own.counters),
-            "dropped": self.dropped["malformed"],
+            "dropped": self.dropped["malformed"] + self._fragments.dropped,
         }
 
     # ------------------------------------------------------------------ outputs

@@ -144,6 +144,7 @@ class SwimNode(Node):
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
         self.own: Ownership | None = None
+        self._fragments = handoff_wire.Reassembler()
         self._view_dirty = False
         self._owned_version = 0
         self._swim_leave_started = False
@@ -182,6 +183,7 @@ class SwimNode(Node):
         self._swim_leave_started = False
         if self.exclusive is not None:
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds)
+            self._fragments = handoff_wire.Reassembler()  # a new process: nothing half-received
             self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
@@ -234,7 +236,7 @@ class SwimNode(Node):
         own = self.own
         if own is not None:
             if data[:2] == handoff_wire.MAGIC:
-                decoded = handoff_wire.decode_many(data)
+                decoded = handoff_wire.decode_many(data, reassembler=self._fragments)
                 if decoded is not None:
                     own.receive_many(decoded[0], decoded[1], self.sim.now)
                 self._flush()

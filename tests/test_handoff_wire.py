@@ -1,0 +1,60 @@
+"""Fragments of ownership messages larger than a datagram (placement.handoff_wire): a view of
+hundreds of members round-trips in any order; a lost fragment loses the message (never a wrong
+one); garbage and endless partial messages cost bounded memory and are counted."""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+
+from placement.handoff_wire import MAGIC, MAX_BODY, Reassembler, decode_many, encode_many
+from placement.exclusive import NoteAck
+from placement.stable_views import Decided
+
+
+def big_view(n: int) -> Decided:
+    members = tuple(sorted(f"placement-worker-{i:04d}" for i in range(n)))
+    return Decided(7, members, tuple(1.0 + (i % 3) for i in range(n)))
+
+
+def test_a_view_larger_than_a_datagram_round_trips_in_any_order() -> None:
+    msg = big_view(600)
+    datagrams = encode_many("n1", [NoteAck(1, 2), msg, NoteAck(3, 4)], cluster="c")
+    assert len(datagrams) > 10 and all(len(d) <= MAX_BODY + 64 for d in datagrams)
+    rng = random.Random(3)
+    rng.shuffle(datagrams)
+    r = Reassembler()
+    got = [m for d in datagrams for m in decode_many(d, cluster="c", reassembler=r)[1]]
+    assert sorted(got, key=repr) == sorted([NoteAck(1, 2), msg, NoteAck(3, 4)], key=repr)
+    assert r.dropped == 0
+
+
+def test_a_lost_fragment_loses_the_message_and_partial_ones_are_bounded() -> None:
+    r = Reassembler(max_partial=4)
+    for k in range(10):  # ten messages, each missing its last fragment
+        frags = encode_many("n1", [big_view(200 + k)])
+        for d in frags[:-1]:
+            assert decode_many(d, reassembler=r) == ("n1", [])
+    assert len(r._parts) == 4 and r.dropped == 6  # the oldest given up, counted
+
+
+def test_fragments_are_malformed_without_a_reassembler_and_garbage_is_dropped() -> None:
+    frag = encode_many("n1", [big_view(300)])[0]
+    assert decode_many(frag) is None
+    r = Reassembler()
+    bad = [
+        [13, 1, 0, 1, b"x"],          # a message of one fragment is not fragmented
+        [13, 1, 5, 2, b"x"],          # index beyond the count
+        [13, -1, 0, 2, b"x"],         # bad id
+        [13, 1, 0, 999, b"x"],        # too many fragments
+        [13, 1, 0, 2, "text"],        # not bytes
+    ]
+    for item in bad:
+        data = MAGIC + msgpack.packb(["", "n1", [item]], use_bin_type=True)
+        assert decode_many(data, reassembler=r) is None
+    # Well-formed fragments whose bytes are garbage: dropped once assembled, counted.
+    for i in range(2):
+        data = MAGIC + msgpack.packb(["", "n1", [[13, 9, i, 2, b"\xc1\xc1"]]], use_bin_type=True)
+        assert decode_many(data, reassembler=r) == ("n1", [])
+    assert r.dropped == 1
