@@ -243,16 +243,20 @@ def _listen_http(addr: tuple[str, int]) -> socket.socket:
 
 
 async def _report(node: Node) -> None:
-    """Stream membership and ownership changes to stdout."""
+    """Stream membership and ownership changes to stdout. The count is kept from the changes
+    themselves (the first is the ownership at start), so each line's count is the result of its
+    own +/- (``owned_partitions()`` read later would already include changes not printed yet)."""
     seen: dict[str, str] = {}
+    owned: frozenset[int] = frozenset()
     async for change in node.ownership_changes():
+        owned = (owned - change.released) | change.acquired
         for m in node.members():
             if seen.get(m.node_id) != m.status:
                 seen[m.node_id] = m.status
                 if m.node_id != node.node_id:
                     _say(node.node_id, f"member {m.node_id} is {m.status}")
         paused = f" - paused: {node.paused}" if node.paused else ""
-        _say(node.node_id, f"owns {len(node.owned_partitions())} partitions "
+        _say(node.node_id, f"owns {len(owned)} partitions "
                            f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}{paused}")
 
 
