@@ -151,7 +151,8 @@ def summary_lines(r: Mapping[str, Any]) -> list[str]:
         ("network", f"loss {r['loss']:.1%}, clock skew up to {r['clock_skew_s']:g} s"),
         # A lease baseline has no membership, so nothing "detects" a crash: its leases expire (takeover).
         ("detection", f"{_percentiles(r['detection_s'])}; {r['undetected_crashes']} "
-                      f"crash{'' if r['undetected_crashes'] == 1 else 'es'} undetected" if r["system"].startswith("swim")
+                      f"crash{'' if r['undetected_crashes'] == 1 else 'es'} undetected"
+                      if r["system"].startswith("swim")
                       else "n/a: a lease baseline has no membership (a crash ends by lease expiry: takeover)"),
         ("takeover", _percentiles(r["takeover_s"])),
         ("false alarms", f"{r['false_suspicions']} suspicions, {r['false_deaths']} deaths "
