@@ -136,6 +136,8 @@ def _read_keys(path: str | None) -> tuple[bytes, ...]:
         return ()
     try:
         return read_key_file(path)
+    except InvalidConfigError as exc:  # "PATH:LINE: what is wrong", PATH as given to the flag
+        raise InvalidConfigError(f"--key-file {exc}") from None
     except UnicodeDecodeError:
         raise InvalidConfigError(f"--key-file {path}: not a text file of hex or base64 keys") from None
     except OSError as exc:
