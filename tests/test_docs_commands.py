@@ -123,7 +123,8 @@ def check_crash_out(out: str, home: Path) -> None:  # "metrics.json + PNGs"
     assert written == {"metrics.json", "series.json", "membership.png", "detection.png", "moved.png", "balance.png",
                        "ownership.png"}, written
     metrics = json.loads((home / "out" / "crash" / "metrics.json").read_text())
-    assert (metrics["scenario"], metrics["nodes"], metrics["seed"], metrics["detection_s"]["n"]) == ("crash-one", 64, 3, 1)
+    assert (metrics["scenario"], metrics["nodes"], metrics["seed"], metrics["detection_s"]["n"]) == \
+        ("crash-one", 64, 3, 1)
 
 
 def check_exclusive_split(out: str, home: Path) -> None:  # "exclusive ownership rules: 0 partition-s with two owners"
@@ -504,7 +505,8 @@ class MakeRun:
 def make_run(tmp_path_factory):
     cluster = MakeRun(make_home(tmp_path_factory.mktemp("make-run")))
     try:
-        poll(lambda: cluster.proc.poll() is None and cluster.settled(), 60, "make run's nodes ready, every partition owned")
+        poll(lambda: cluster.proc.poll() is None and cluster.settled(), 60,
+             "make run's nodes ready, every partition owned")
         yield cluster
     finally:
         stop(cluster.proc)

@@ -27,17 +27,23 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 class NodeProcess:
-    """A `placement node` process with its output in files (readable while it runs)."""
+    """A `placement node` process with its output in files (readable while it runs). Its HTTP API
+    listens on ``http_host`` (another than loopback: ``--http-advertise`` is its loopback URL);
+    ``env`` is added to the environment."""
 
-    def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None) -> None:
-        (self.gossip,), (http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
-        self.url = f"http://127.0.0.1:{http}"
+    def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None, http_host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None) -> None:
+        (self.gossip,), (self.http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
+        self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
         cmd = [sys.executable, "-m", "placement.cli", "node", "--id", node_id, "--gossip", f"127.0.0.1:{self.gossip}",
-               "--http", f"127.0.0.1:{http}", *flags]
+               "--http", f"{http_host}:{self.http}", *flags]
+        if http_host != "127.0.0.1":
+            cmd += ["--http-advertise", self.url]
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(cmd, env=ENV, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, env={**ENV, **(env or {})}, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL)
 
     @property
     def seed(self) -> str:
