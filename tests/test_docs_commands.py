@@ -41,6 +41,7 @@ from placement.cli import DEMO_MEMBERS, build_parser
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 from test_cluster_processes import poll
+from test_node_lifecycle import interrupt_as_a_terminal_does
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -360,16 +361,12 @@ def shell(home: Path, command: str, timeout_s: float = 120) -> subprocess.Comple
     return r
 
 
-def _interrupt_as_a_terminal_does() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test run in the background inherits SIGINT ignored
-
-
 def start(home: Path, command: str, log: Path) -> subprocess.Popen:
     """A long-running command (Ctrl-C stops it), its output in ``log``."""
     with log.open("w") as out:
         return subprocess.Popen(["bash", "-c", "exec " + command], cwd=home, env=environment(home), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_interrupt_as_a_terminal_does)
+                                preexec_fn=interrupt_as_a_terminal_does)
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 20) -> int:

@@ -26,6 +26,12 @@ pytestmark = pytest.mark.slow
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
+def interrupt_as_a_terminal_does() -> None:
+    """``preexec_fn`` of a process the test stops with SIGINT (Ctrl-C): a test run started in the
+    background of a shell without job control inherits SIGINT ignored, and so would the process."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class NodeProcess:
     """A `placement node` process with its output in files (readable while it runs). Its HTTP API
     listens on ``http_host`` (another than loopback: ``--http-advertise`` is its loopback URL);
@@ -169,7 +175,8 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "placement.cli", "cluster", "--nodes", "2", "--partitions", "64",
                                  "--gossip-port", str(gossip), "--http-port", str(http)],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=interrupt_as_a_terminal_does)
     try:
         poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "2 nodes ready")
         # Its nodes take `spark-route --deliver` batches (issue 16 item 6: the README example).
