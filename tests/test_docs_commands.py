@@ -41,7 +41,7 @@ from placement.cli import DEMO_MEMBERS, build_parser
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 from test_cluster_processes import poll
-from test_node_lifecycle import interrupt_as_a_terminal_does
+from test_node_lifecycle import interrupt_as_a_terminal_does, kill_session
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -362,22 +362,26 @@ def shell(home: Path, command: str, timeout_s: float = 120) -> subprocess.Comple
 
 
 def start(home: Path, command: str, log: Path) -> subprocess.Popen:
-    """A long-running command (Ctrl-C stops it), its output in ``log``."""
+    """A long-running command (Ctrl-C stops it), its output in ``log``; in a session of its own,
+    so that a cleanup also reaches the processes it started (``placement cluster``'s nodes)."""
     with log.open("w") as out:
         return subprocess.Popen(["bash", "-c", "exec " + command], cwd=home, env=environment(home), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=interrupt_as_a_terminal_does)
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 20) -> int:
+    """Signal ``proc`` alone (as Ctrl-C in its terminal would reach it); if it has not ended in
+    ``timeout_s``, kill its whole session and fail."""
     if proc.poll() is None:
         proc.send_signal(sig)
     try:
         return proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+        kill_session(proc)
         raise AssertionError(f"still running {timeout_s} s after signal {sig}") from None
+
+
 
 
 def free_blocks(n: int) -> tuple[int, int]:
@@ -507,9 +511,8 @@ def make_run(tmp_path_factory):
         yield cluster
     finally:
         stop(cluster.proc)
-        if cluster.sample is not None and cluster.sample.poll() is None:
-            cluster.sample.kill()
-            cluster.sample.wait(10)
+        if cluster.sample is not None:
+            kill_session(cluster.sample)  # (Spark's JVM too, if the test stopped early)
 
 
 @pytest.mark.slow
@@ -607,6 +610,4 @@ def test_readme_nodes_run_as_written(home):
             assert f"[n{i}] stopped" in (home / f"n{i}.out").read_text()
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            kill_session(proc)

@@ -8,6 +8,7 @@ SIGTERM is a graceful leave that ends the process quickly; `placement cluster` o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -30,6 +31,14 @@ def interrupt_as_a_terminal_does() -> None:
     """``preexec_fn`` of a process the test stops with SIGINT (Ctrl-C): a test run started in the
     background of a shell without job control inherits SIGINT ignored, and so would the process."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """Kill a process started with ``start_new_session=True`` and whatever it started (a
+    ``placement cluster``'s nodes, Spark's JVM), if any of them still runs."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
 
 
 class NodeProcess:
@@ -176,7 +185,7 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
         proc = subprocess.Popen([sys.executable, "-m", "placement.cli", "cluster", "--nodes", "2", "--partitions", "64",
                                  "--gossip-port", str(gossip), "--http-port", str(http)],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=interrupt_as_a_terminal_does)
+                                start_new_session=True, preexec_fn=interrupt_as_a_terminal_does)
     try:
         poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "2 nodes ready")
         # Its nodes take `spark-route --deliver` batches (issue 16 item 6: the README example).
@@ -192,6 +201,4 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
         assert proc.wait(20) == 0
         assert "stopping: every node leaves gracefully" in log.read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        kill_session(proc)  # its nodes too, if the test failed before they stopped
