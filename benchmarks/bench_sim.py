@@ -96,20 +96,25 @@ def pooled_detection(n: int, first_seed: int, seeds: int) -> None:
           f"{json.dumps(percentiles(samples))}", flush=True)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--hour", type=float, default=3600.0, help="length of the 'one hour' runs (s)")
     ap.add_argument("--stalls", type=float, default=600.0, help="length of the stall runs (s)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="out/goals")
-    ap.add_argument("--only", action="append", help="run only these goal runs (repeatable)")
+    ap.add_argument("--only", action="append", choices=tuple(runs(0, 0.0, 0.0)),
+                    help="run only these goal runs (repeatable)")
     ap.add_argument("--speed", action="store_true", help="measure simulator speed only (see above)")
     ap.add_argument("--pool-seeds", type=int, metavar="K",
                     help="only the crash run, for seeds --seed .. --seed+K-1, detection pooled")
     ap.add_argument("--speed-s", type=float, default=300.0, help="simulated seconds per --speed run")
     ap.add_argument("--repeat", type=int, default=3, help="--speed: runs per scenario (best counts)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     print(f"membership core: {membership_build()}", flush=True)
     if args.speed:
         speed(args.nodes, args.speed_s, args.repeat, args.seed)

@@ -72,7 +72,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     moved = joined.moved(left, leaders=True)
     print(f"n2 leaves: {len(moved)} leaderships move, all were n2's: {all(joined.owner(p) == 'n2' for p in moved)}")
     print("\nThat was the math alone. To watch real nodes gossip and share partitions: `make run`\n"
-          "(or `placement cluster`) starts 5 local nodes; `placement node --help` runs one.")
+          "(or `placement cluster`) starts 5 local nodes; `placement node --help` shows how to run one.")
     return 0
 
 

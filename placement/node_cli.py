@@ -137,6 +137,8 @@ def _read_keys(path: str | None) -> tuple[bytes, ...]:
         return ()
     try:
         return read_key_file(path)
+    except InvalidConfigError as exc:  # "PATH:LINE: what is wrong", PATH as given to the flag
+        raise InvalidConfigError(f"--key-file {exc}") from None
     except UnicodeDecodeError:
         raise InvalidConfigError(f"--key-file {path}: not a text file of hex or base64 keys") from None
     except OSError as exc:
@@ -244,16 +246,20 @@ def _listen_http(addr: tuple[str, int]) -> socket.socket:
 
 
 async def _report(node: Node) -> None:
-    """Stream membership and ownership changes to stdout."""
+    """Stream membership and ownership changes to stdout. The count is kept from the changes
+    themselves (the first is the ownership at start), so each line's count is the result of its
+    own +/- (``owned_partitions()`` read later would already include changes not printed yet)."""
     seen: dict[str, str] = {}
+    owned: frozenset[int] = frozenset()
     async for change in node.ownership_changes():
+        owned = (owned - change.released) | change.acquired
         for m in node.members():
             if seen.get(m.node_id) != m.status:
                 seen[m.node_id] = m.status
                 if m.node_id != node.node_id:
                     _say(node.node_id, f"member {m.node_id} is {m.status}")
         paused = f" - paused: {node.paused}" if node.paused else ""
-        _say(node.node_id, f"owns {len(node.owned_partitions())} partitions "
+        _say(node.node_id, f"owns {len(owned)} partitions "
                            f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}{paused}")
 
 

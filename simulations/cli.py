@@ -149,7 +149,11 @@ def summary_lines(r: Mapping[str, Any]) -> list[str]:
         ("run", f"{r['scenario']} on {r['system']}, {r['nodes']} nodes, {r['simulated_s']:g} simulated s, "
                 f"seed {r['seed']}" + (f" ({params})" if params else "")),
         ("network", f"loss {r['loss']:.1%}, clock skew up to {r['clock_skew_s']:g} s"),
-        ("detection", f"{_percentiles(r['detection_s'])}; {r['undetected_crashes']} crashes undetected"),
+        # A lease baseline has no membership, so nothing "detects" a crash: its leases expire (takeover).
+        ("detection", f"{_percentiles(r['detection_s'])}; {r['undetected_crashes']} "
+                      f"crash{'' if r['undetected_crashes'] == 1 else 'es'} undetected"
+                      if r["system"].startswith("swim")
+                      else "n/a: a lease baseline has no membership (a crash ends by lease expiry: takeover)"),
         ("takeover", _percentiles(r["takeover_s"])),
         ("false alarms", f"{r['false_suspicions']} suspicions, {r['false_deaths']} deaths "
                          f"({r['healthy_false_deaths']} of never-faulted members)"),

@@ -8,6 +8,7 @@ SIGTERM is a graceful leave that ends the process quickly; `placement cluster` o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -26,18 +27,38 @@ pytestmark = pytest.mark.slow
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
-class NodeProcess:
-    """A `placement node` process with its output in files (readable while it runs)."""
+def interrupt_as_a_terminal_does() -> None:
+    """``preexec_fn`` of a process the test stops with SIGINT (Ctrl-C): a test run started in the
+    background of a shell without job control inherits SIGINT ignored, and so would the process."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None) -> None:
-        (self.gossip,), (http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
-        self.url = f"http://127.0.0.1:{http}"
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """Kill a process started with ``start_new_session=True`` and whatever it started (a
+    ``placement cluster``'s nodes, Spark's JVM), if any of them still runs."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+class NodeProcess:
+    """A `placement node` process with its output in files (readable while it runs). Its HTTP API
+    listens on ``http_host`` (another than loopback: ``--http-advertise`` is its loopback URL);
+    ``env`` is added to the environment."""
+
+    def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None, http_host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None) -> None:
+        (self.gossip,), (self.http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
+        self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
         cmd = [sys.executable, "-m", "placement.cli", "node", "--id", node_id, "--gossip", f"127.0.0.1:{self.gossip}",
-               "--http", f"127.0.0.1:{http}", *flags]
+               "--http", f"{http_host}:{self.http}", *flags]
+        if http_host != "127.0.0.1":
+            cmd += ["--http-advertise", self.url]
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(cmd, env=ENV, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, env={**ENV, **(env or {})}, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL)
 
     @property
     def seed(self) -> str:
@@ -163,7 +184,8 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "placement.cli", "cluster", "--nodes", "2", "--partitions", "64",
                                  "--gossip-port", str(gossip), "--http-port", str(http)],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=interrupt_as_a_terminal_does)
     try:
         poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "2 nodes ready")
         # Its nodes take `spark-route --deliver` batches (issue 16 item 6: the README example).
@@ -179,6 +201,4 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
         assert proc.wait(20) == 0
         assert "stopping: every node leaves gracefully" in log.read_text()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        kill_session(proc)  # its nodes too, if the test failed before they stopped
