@@ -1,15 +1,12 @@
 """A two-member cluster where one member leaves gracefully: the other must end up owning every
 partition (issue 16 follow-up; in the simulator, with the exclusive-ownership cores).
 
-It does when the member that leaves is the second witness (~4.5 s). When it is the first
-witness - the tie-breaker of ``quorum_lease.is_quorum`` - the survivor holds one witness of two
-without the first: it can neither renew its lease nor adopt the stable view without the leaver
-(``ExclusiveOwnership._maybe_adopt_stable`` needs a witness quorum of the current view), so it
-owns nothing for the rest of the run (measured the same with two `placement node` processes:
-nothing owned 120 s after the leave). README's two-node example is that case when n1 stops.
+The hard case is the first witness leaving - the tie-breaker of ``quorum_lease.is_quorum``: the
+survivor alone holds one witness of two without the first, so it can neither renew its lease nor
+get a view without the leaver chosen. It owned nothing ever again (also with two `placement node`
+processes: nothing owned 120 s after the leave) until a leaving member got a stable view
+without itself chosen before announcing the leave (``Ownership.left_ready``).
 """
-
-import pytest
 
 from placement.quorum_lease import witnesses_of
 from simulations.scenarios import run_scenario
@@ -33,8 +30,6 @@ def test_the_survivor_takes_everything_when_the_second_witness_leaves():
     assert orphaned_after_a_leave(1) < P * 6  # all of the leaver's partitions within ~6 s
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the survivor is half of the witness set without the first witness "
-                   "(is_quorum's tie rule): no lease, no new stable view, nothing owned ever again")
 def test_the_survivor_takes_everything_when_the_first_witness_leaves():
     assert witnesses_of(["n000", "n001"], 5)[0] == "n000"
     assert orphaned_after_a_leave(0) < P * 6
