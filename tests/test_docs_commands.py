@@ -144,7 +144,7 @@ def check_eventhubs(out: str, home: Path) -> None:
 
 def check_split_loss(out: str, home: Path) -> None:
     rows = simulate_summary(out, "split on swim, 16 nodes")
-    assert rows["run"].endswith("(split_s=30)") and rows["network"].startswith("loss 2.0%"), rows
+    assert rows["run"].endswith("(split_s=30, fraction=0.5)") and rows["network"].startswith("loss 2.0%"), rows
 
 
 def documented_table(path: Path, header_start: str) -> list[str]:
