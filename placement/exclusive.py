@@ -16,8 +16,10 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
    it sent the request. A member that cannot show that - cut off, on the losing side of a split,
    frozen, condemned - starts releasing ``fence_drain_s`` before its lease runs out, and its
    ownership ends when the lease does (``Ended.at`` is then the lease's end even if it noticed
-   later: the worker API checks ``valid_until`` before each unit of work). A new stable view is
-   adopted only under a lease and only if it keeps a majority of the current witnesses.
+   later: the worker API checks ``valid_until`` before each unit of work). The next stable view
+   is *chosen* by the witnesses of the current one (``placement.stable_views``); a member
+   proposes its view once it settled, while holding a lease, if it keeps a majority of the
+   current witnesses.
 
 2. **Placement from the stable view**, not the local view: every member holding a lease under
    one stable view computes the same leader, so a taker and the receiver of a note agree on
@@ -46,8 +48,14 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
    condemns its own id (stopping a previous process, if alive) and, ``handoff_timeout_s`` after
    that view, takes what it waits for once the witnesses prove the old lease over.
 
-Not proven: takeovers by two members holding different stable views at once (witness sets can
-differ by a swapped member, and majorities of two sets can be disjoint). docs/ownership.md.
+9. **Steps, jumps and the creation wait**: ownership carries over a view change only on a
+   step from the view the lease was granted under (releases under way then end with that
+   lease, and everything does if this member is not in the new view); any other change drops
+   everything first. Any acquisition but a note waits, under a lease of the current view,
+   ``lease_s`` (1+rho)/(1-rho) after learning it (``+ handoff_timeout_s`` after a jump): by then
+   every ownership of an older view has ended (``_installed``; the argument is in
+   docs/ownership.md, rule 9). This, not rules 4-7, is what makes creation safe across changes
+   of the witness set; those rules decide when a creation is useful.
 
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above

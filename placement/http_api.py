@@ -154,6 +154,9 @@ class OwnershipOut(BaseModel):
     paused: str | None = Field(description="why this node owns nothing now, or null")
     lease_valid_for_s: float | None = Field(description="seconds the quorum lease still runs (exclusive)")
     epochs: dict[str, int] = Field(description="partition -> fencing epoch of its current ownership")
+    stable_view: int | None = Field(None, description="number of the stable view ownership follows (exclusive); "
+                                    "nodes that report one number hold the same view")
+    witnesses: list[str] = Field(default_factory=list, description="the witnesses of that view (exclusive)")
 
 
 class Problem(BaseModel):
@@ -453,6 +456,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "releasing": sorted(node.releasing_partitions()), "waiting": status.get("waiting", 0),
             "paused": node.paused, "lease_valid_for_s": status.get("lease_valid_for_s"),
             "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
+            "stable_view": status.get("stable_view"), "witnesses": status.get("witnesses", []),
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {

@@ -200,6 +200,7 @@ class ExclusiveRunner:
             "waiting": len(own.waiting),
             "lease_valid_for_s": max(0.0, own.valid_until - now),
             "fenced": own.fenced_reason,
+            "stable_view": own.lease.num,
             "stable_members": len(own.lease.stable),
             "witnesses": list(own.lease.witnesses),
             "counters": dataclasses.asdict(own.counters),

@@ -4,8 +4,8 @@ ownership, and how a taker proves a dead holder has stopped - with no lease stor
 Theory of operation
 ===================
 
-The *stable view* S is a set of members every member of a settled cluster agrees on
-(``placement.exclusive`` decides when to adopt one). Its *witnesses* W(S) are the ``k`` members
+The *stable view* S is a numbered set of members with their weights, chosen by the witnesses
+of the view before it (``placement.stable_views``). Its *witnesses* W(S) are the ``k`` members
 of S that rank highest by a fixed hash of their id (rendezvous: adding or removing one member
 changes at most one witness). A set Q of witnesses is a *quorum* when it holds more than half
 of W(S), or exactly half including the first witness: two quorums always share a witness.

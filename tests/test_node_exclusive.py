@@ -127,6 +127,11 @@ def test_a_cluster_owns_every_partition_exactly_once_and_hands_off_with_payloads
             before = [x for x in ledger.closed if x[0] == p]
             assert before and pl == {"checkpoint": f"{before[-1][3]}:{p}"}, (w, p, pl)
         assert all(n.ready for n in nodes)
+        # What each node says about its stable view (GET /v1/ownership): one number, one view.
+        await eventually(lambda: len({(s["stable_view"], tuple(s["witnesses"]))
+                                      for s in (n.ownership_status() for n in nodes)}) == 1,
+                         what="every node on the same numbered stable view")
+        assert nodes[0].ownership_status()["stable_view"] >= 2  # the founder's view, then the joiners
         leaver = nodes[2]
         await leaver.leave()
         rest = nodes[:2]
