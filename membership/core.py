@@ -287,6 +287,10 @@ class Swim:
         self._last_push_pull_at = float("-inf")
         self._last_unknown_sync_at = float("-inf")
         self._foreign_claims: deque[float] = deque()
+        #: Per member, the latest claim refused because it came from a second address while
+        #: the member was live (``_on_alive``); applied if that member's record dies.
+        self._claims: dict[str, Alive] = {}
+        self._claims_told: dict[str, float] = {}  # member -> when we last passed it a claim
         self._id_conflict_at = float("-inf")
         self._push_pull_replies: dict[Addr, tuple[float, int]] = {}
         self._stats: Counter[str] = Counter()  # see the ``stats`` property
@@ -690,6 +694,25 @@ class Swim:
             return
         if msg.incarnation <= m.incarnation:
             return
+        if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
+            # A live member claimed from a second address: another process with its id (a
+            # twin), not a move - keep the address we have, as memberlist does ("conflicting
+            # address", state.go aliveNode). Taking it made every member flip the record
+            # between the two processes while the twin ran (its HTTP address in their
+            # snapshots, the real member's lease lost). A member that really moved is taken
+            # at its new address once its old record is dead (its old address stops answering).
+            self._stats["address_conflicts"] += 1
+            held = self._claims.get(msg.node)
+            if held is None or msg.incarnation > held.incarnation:
+                self._claims[msg.node] = msg  # taken if the record at the old address dies
+            if now - self._claims_told.get(msg.node, float("-inf")) >= self.config.probe_interval_s:
+                # Tell the member we hold (at its known address: nothing is sent to the claimed
+                # one): it sees its id claimed elsewhere, asks that address, and both processes
+                # report the conflict (``_foreign_claim``), as when the claim was gossiped.
+                self._claims_told[msg.node] = now
+                self._send(m.addr, [self._codec.encode_message(msg)], piggyback=False)
+            return
+        self._claims.pop(msg.node, None)
         old_status = m.status
         changed = (msg.addr, msg.meta) != (m.addr, m.meta)
         m.incarnation, m.addr, m.meta = msg.incarnation, msg.addr, msg.meta
@@ -753,6 +776,11 @@ class Swim:
         self._set_status(m, LEFT if leaving else DEAD, now)
         self._set_changed(m, m.status, now)
         self._broadcast(msg)
+        claim = self._claims.pop(msg.node, None)
+        if claim is not None and claim.incarnation > m.incarnation:
+            # The process that claimed this id from another address outlived the record we
+            # kept: a restart at a new address (its claim is not resent, it was refused).
+            self._on_alive(claim, now)
 
     def _start_suspicion(self, m: _Member, incarnation: int, accuser: str, now: float) -> None:
         n = self._live_count()
