@@ -473,10 +473,10 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             return problem(403, "Forbidden", "this node has no --admin-token, so POST /v1/leave is accepted "
                            "only from loopback; start it with --admin-token and send Authorization: Bearer <token>")
         if admin_token:
-            auth = request.headers.get("authorization", "")
-            if not auth.startswith("Bearer "):
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not token:  # schemes are case-insensitive (RFC 9110 11.1)
                 return problem(401, "Unauthorized", "send Authorization: Bearer <admin token>")
-            if not hmac.compare_digest(auth[7:].encode(), admin_token.encode()):
+            if not hmac.compare_digest(token.encode(), admin_token.encode()):
                 return problem(403, "Forbidden", "wrong admin token")
 
         async def run() -> None:
