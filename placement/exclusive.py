@@ -422,7 +422,8 @@ class Ownership:
         if no view can be chosen, ``stable_after_s`` past the release deadline."""
         if not self._released_all():
             return False
-        return (self.me not in self.lease.stable
+        stable = self.lease.stable
+        return (self.me not in stable or stable == (self.me,)  # the last member: no view to choose
                 or self._now >= self._leave_started + self.config.handoff_timeout_s + self.config.stable_after_s)
 
     def _released_all(self) -> bool:
@@ -500,7 +501,7 @@ class Ownership:
         lease = self.lease
         if not self.joined or not lease.stable:
             return
-        if self._released_all() and self.me in lease.stable:
+        if self._released_all() and self.me in lease.stable and len(lease.stable) > 1:
             lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
             return
         # Only a view that changed since the stable view was learned: a member that has not yet
