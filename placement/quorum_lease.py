@@ -159,10 +159,12 @@ class QuorumLease:
         self.renew_s = renew_s
         self.resend_s = resend_s
         self.stretch = (1 + max_drift) / (1 - max_drift)
-        #: The linear history of stable views (``placement.stable_views``); a restarted
-        #: process takes no part in choosing views for ``quiet_s`` (it forgot its promises).
-        self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=now + quiet_s,
+        #: The linear history of stable views (``placement.stable_views``). A restarted process
+        #: takes no part in choosing views for ``quiet_s`` (it forgot its promises): one whose
+        #: first view already names it (a new member learns its first view before it is in it).
+        self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed)
+        self._quiet_s = quiet_s
         #: Views installed and not yet acted on by the owner (``placement.exclusive``).
         self.installs: list[Install] = []
         self.learned_at = now  # when the installed view was learned
@@ -249,6 +251,8 @@ class QuorumLease:
         self._flush_self(now)
 
     def _installed(self, old: View, new: View, now: float) -> None:
+        if old.num == 0 and self.me in new.members and self._quiet_s > 0:
+            self.views.quiet_until = now + self._quiet_s  # a restart (above)
         stepped = old.num > 0 and new.num == old.num + 1
         carried = stepped and self.valid(now) and self.lease_num == old.num
         self.installs.append(Install(new, stepped, carried, self.valid_until, now))

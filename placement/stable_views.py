@@ -39,9 +39,11 @@ Competing proposers retry with higher rounds after a back-off that grows with th
 one of them wins.
 
 Known limit: an acceptor forgets its promises when its process restarts. A restarted witness
-therefore takes no part in choosing views for ``quiet_s`` after its start: a successor chosen
-before it crashed reaches the other members within that time in any run where messages are
-delivered within it (an assumption, stated in docs/ownership.md; not needed by anything else).
+(one whose first view already names it) therefore takes no part in choosing views for
+``quiet_s`` after it learns that view: a successor chosen before it crashed reaches the other
+members within that time in any run where messages are delivered within it (an assumption,
+stated in docs/ownership.md; not needed by anything else). A new member learns its first view
+before it is in it, so it votes at once.
 """
 
 from __future__ import annotations

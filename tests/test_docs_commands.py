@@ -348,8 +348,11 @@ def make_home(path: Path) -> Path:
 
 
 def environment(home: Path) -> dict[str, str]:
+    """A user's shell: without the variables of a ``make`` this suite may run under (``make
+    test``, as CI does), which make a nested ``make -n`` print "Entering directory" lines."""
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PATH": f"{home / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    return {**env, "PATH": f"{home / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
             "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
 
 
