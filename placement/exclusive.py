@@ -161,10 +161,12 @@ Action = Union[Acquired, Release, Ended]
 
 @dataclass(frozen=True)
 class Note:
-    """The sender stopped owning ``partition`` at ``epoch``; the receiver may acquire it."""
+    """The sender stopped owning ``partition`` at ``epoch``; the receiver may acquire it, but only
+    under stable view ``view``, the sender's when it sent the note (rule 9)."""
     partition: int
     epoch: int
     payload: Any = None
+    view: int = 0
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,7 @@ class Counters:
     notes_duplicate: int = 0
     notes_stale: int = 0
     notes_forwarded: int = 0
+    notes_expired: int = 0  # unacknowledged when their view passed: dropped (rule 9)
     redirects: int = 0
     queries: int = 0
 
@@ -333,7 +336,14 @@ class Ownership:
 
     def _receive(self, src: str, msg: Message, now: float) -> None:
         if isinstance(msg, Note):
-            if self.lease.valid(now):  # without a lease, do not take it on: the sender resends
+            if msg.view < self.lease.num:
+                # Sent under an older stable view: it may have been in flight while the right to
+                # the partition was re-created (rule 9's creation covers owners, not notes on the
+                # way). Acknowledged, so its sender stops, and never taken.
+                self.counters.notes_stale += 1
+                self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
+            elif msg.view == self.lease.num and self.lease.valid(now):
+                # (A note from a later view, or without a lease: not taken yet, the sender resends.)
                 self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
                 self._on_note(src, msg)
         elif isinstance(msg, Redirect):
@@ -394,6 +404,9 @@ class Ownership:
         for o in self._out:
             if o.dst in self.gone:
                 continue  # a dead receiver: its successor takes over (rule 4)
+            if isinstance(o.msg, Note) and o.msg.view < self.lease.num:
+                self.counters.notes_expired += 1
+                continue  # its view has passed: no member would take it (``_receive``)
             if o.next_send <= now:
                 due.append((o.dst, o.msg))
                 if o.once:
@@ -556,7 +569,7 @@ class Ownership:
                 epoch, payload, _ = self.free.pop(p)
                 self.counters.notes_forwarded += 1
                 self._passed[p] = lead
-                self._send(lead, Note(p, epoch, payload))
+                self._send(lead, Note(p, epoch, payload, self.lease.num))
         for p in list(self.waiting):
             if p not in mine:
                 self._pass_on(p, self.waiting.pop(p))
@@ -609,7 +622,7 @@ class Ownership:
                 del self._to_pass[p]
                 self.counters.notes_sent += 1
                 self._passed[p] = lead
-                self._send(lead, Note(p, self.known_epoch.get(p, 0), None))
+                self._send(lead, Note(p, self.known_epoch.get(p, 0), None, self.lease.num))
             elif w.generation != self.lease.generation and self.lease.clean.get(w.generation) is False:
                 del self._to_pass[p]
                 self._passed[p] = None  # a taker may hold it: it will hand it on
@@ -769,7 +782,7 @@ class Ownership:
         lead = self._leader(p)
         if lead is not None and lead != self.me:
             self._passed[p] = lead
-            self._send(lead, Note(p, o.epoch, payload))
+            self._send(lead, Note(p, o.epoch, payload, self.lease.num))
             self.counters.notes_sent += 1
         elif not self.leaving:
             # Still (or again) ours and nobody else can have it: take it back when allowed.
@@ -777,11 +790,14 @@ class Ownership:
 
     def _drop_all(self, now: float, at: float | None = None) -> None:
         """End every ownership now (declared dead) or when the lease ended (``at``), without
-        notes: whoever takes the partitions over proves this member stopped (rule 4)."""
+        notes: whoever takes the partitions over proves this member stopped (rule 4). Never
+        later than the lease's end: a member frozen past it that wakes to hear it was declared
+        dead stopped owning when its lease ran out (its workers check the lease)."""
+        end = min(now, self.lease.valid_until if at is None else at)
         for p in list(self.owned):
             o = self.owned.pop(p)
             self.counters.released += 1
-            self._actions.append(Ended(p, o.epoch, min(now, at) if at is not None else now))
+            self._actions.append(Ended(p, o.epoch, end))
             self.waiting[p] = _Waiting(self.me, now, self.lease.generation)
         # Notes held are ownership of this lease generation too: a taker that expected the
         # partition from us may be condemning us for it. Back only on a clean verdict.

@@ -82,7 +82,7 @@ def _any(v: Any) -> bool:
 _PARTITION, _EPOCH, _CK = _uint(1 << 24), _uint(_U62), _uint(1 << 32)
 #: kind -> (class, one check per field, in the class's field order)
 _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
-    0: (Note, (_PARTITION, _EPOCH, _any)),
+    0: (Note, (_PARTITION, _EPOCH, _any, _EPOCH)),
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),

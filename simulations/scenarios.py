@@ -119,8 +119,8 @@ def split(cluster: Cluster, duration_s: float, split_s: float = 60.0, fraction: 
     _later(cluster, 10.0 + split_s, cluster.heal)
 
 
-@scenario("oneway", "asymmetric partition at t=10 for `cut_s` seconds: `fraction` of the nodes no longer "
-          "hear the others, who still hear them", nodes=16, duration_s=120.0)
+@scenario("oneway", "asymmetric partition at t=10 for `cut_s` seconds: what `fraction` of the nodes send "
+          "no longer reaches the others, who still reach them", nodes=16, duration_s=120.0)
 def oneway(cluster: Cluster, duration_s: float, cut_s: float = 30.0, fraction: float = 0.25) -> None:
     def cut() -> None:
         ids = _ids(cluster)
