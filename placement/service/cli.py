@@ -13,14 +13,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from . import argtypes
-from .argtypes import read_members
-from .errors import NoOwnerError, PlacementError
-from .table import PlacementTable
+from .. import argtypes
+from ..argtypes import read_members
+from ..errors import NoOwnerError, PlacementError
+from ..table import PlacementTable
 
 # Packages that contribute subcommands: each has add_subcommands(subparsers), whose
 # parsers set ``func`` (called with the parsed args; returns the exit status).
-_SUBCOMMAND_MODULES = ("placement.node_cli", "placement.console.status", "simulations.cli", "spark_jobs.cli")
+_SUBCOMMAND_MODULES = ("placement.service.node_cli", "placement.service.console.status", "simulations.cli", "spark_jobs.cli")
 
 DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
 
