@@ -7,4 +7,8 @@
 ``http_api``        the FastAPI app (``/v1/...``, ``/metrics``); ``guard`` its ownership check
 ``console``         the operators' console and ``placement status``
 ``node_cli``        ``placement node | members | owners | cluster``; ``cli`` the ``placement`` command
+
+Installed with the ``service`` extra (``pip install 'placement-service[service]'``): fastapi,
+uvicorn, prometheus-client, cryptography (gossip encryption) and httpx. Nothing in ``placement``
+outside this package imports it, so a Spark executor or a client needs none of them.
 """
