@@ -14,9 +14,9 @@ figure is printed as a ratio to the floor (a minimal FastAPI app's spawn -> firs
    (a fresh pair each run): spawn -> ``/healthz`` 200 and -> ``/readyz`` 200 (which also waits
    for the view to settle, ``settle_s`` = 1 s, and in exclusive mode for a quorum lease);
 4. the node path under ``python -X importtime`` once: the costliest top-level imports
-   (cumulative) and the sum of all, i.e. what deferring an import could save. (Modules loaded
-   through ``importlib.import_module`` - the CLI's subcommand modules - are not timed
-   themselves, so what they import shows up as top-level entries.)
+   (cumulative) and the sum of all, i.e. what deferring an import could save. (In checkouts
+   before issue 17 the CLI loaded its subcommand modules through ``importlib.import_module``;
+   those are not timed themselves, so what they import shows up as top-level entries.)
 
 ``--checkout DIR`` (repeatable; default: the checkout holding this script) measures the code in
 DIR; with several, each run measures every checkout in turn, so a before/after comparison sees
