@@ -6,7 +6,7 @@ COPY placement ./placement
 COPY membership ./membership
 COPY simulations ./simulations
 COPY spark_jobs ./spark_jobs
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[service]'
 EXPOSE 7001/udp 8001/tcp
 ENTRYPOINT ["placement"]
 CMD ["node", "--help"]

@@ -76,7 +76,7 @@ def cpu_s() -> float:
 
 class PlacementMember:
     def __init__(self, args: argparse.Namespace) -> None:
-        from placement.node import Node, NodeConfig
+        from placement.service.node import Node, NodeConfig
 
         seeds = tuple(("127.0.0.1", int(p)) for p in args.seeds.split(",") if p)
         self.node = Node(NodeConfig(args.id, gossip_bind=("127.0.0.1", args.port), join=seeds,
@@ -92,7 +92,7 @@ class PlacementMember:
         return {"view": {m.node_id: m.status for m in node.members()}, "owned": len(node.owned_partitions()),
                 "acquired": counters.get("acquired", 0), "declared_dead": node.declared_dead_count,
                 "how": [counters.get(k, 0) for k in ("acquired_by_note", "acquired_by_takeover", "acquired_back")],
-                "code": os.path.dirname(os.path.dirname(sys.modules["placement.node"].__file__)),
+                "code": os.path.dirname(os.path.dirname(sys.modules["placement.service.node"].__file__)),
                 "suspicions": stats.get("suspicions", 0), "deaths": stats.get("deaths_declared", 0)}
 
     async def leave(self) -> None:

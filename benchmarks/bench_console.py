@@ -30,8 +30,8 @@ import time
 import httpx
 
 from membership import MemberInfo, Meta
-from placement.console import browser
-from placement.console.events import EventLog
+from placement.service.console import browser
+from placement.service.console.events import EventLog
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 
@@ -104,7 +104,7 @@ def serve(port: int, members: int, partitions: int, fanout: bool) -> None:
     """Child process: the synthetic node's HTTP API, plus ``POST /bench/kill`` to drive it."""
     import uvicorn
 
-    from placement.http_api import create_app
+    from placement.service.http_api import create_app
 
     node = SyntheticNode(members, partitions, 2, f"http://127.0.0.1:{port}", fanout)
     app = create_app(node)

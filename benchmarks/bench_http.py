@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from placement.node import Node, NodeConfig
+from placement.service.node import Node, NodeConfig
 
 PARTITIONS = 4096
 
@@ -36,7 +36,7 @@ def serve(port: int) -> None:
     """Child process: one node (a cluster of one) serving its API plus a no-op route."""
     import uvicorn
 
-    from placement.http_api import create_app
+    from placement.service.http_api import create_app
 
     async def main() -> None:
         node = await Node(NodeConfig("n1", gossip_bind=("127.0.0.1", 0), partitions=PARTITIONS)).start()
@@ -89,7 +89,7 @@ def bench_throughput() -> None:
 
 def bench_route_and_client() -> None:
     from placement.client import AsyncPlacementClient
-    from placement.http_api import create_app
+    from placement.service.http_api import create_app
 
     async def main() -> None:
         node = await Node(NodeConfig("n1", gossip_bind=("127.0.0.1", 0), partitions=PARTITIONS)).start()

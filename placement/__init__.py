@@ -6,6 +6,10 @@
 
 See ``placement.table`` for the API, ``placement.rendezvous`` for the ranking rule and
 ``placement.hashing`` for the bit-exact hash and fixed-point logarithm definitions.
+
+Everything in this package outside ``placement.service`` needs only numpy, mmh3 and msgpack
+(``placement.client`` also httpx: the ``client`` extra). The node, its HTTP API, the console and
+the command line live in ``placement.service`` (the ``service`` extra).
 """
 
 from .errors import InvalidConfigError, InvalidMembershipError, NoOwnerError, PlacementError, SnapshotError

@@ -17,14 +17,15 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
-
-from membership.seeds import DnsSeed
 
 from .errors import InvalidConfigError, InvalidMembershipError
 from .rendezvous import MAX_WEIGHT, WEIGHT_SCALE, weight_units
 from .table import MAX_PARTITIONS, MAX_REPLICAS
+
+if TYPE_CHECKING:
+    from membership.seeds import DnsSeed
 
 T = TypeVar("T")
 
@@ -183,6 +184,7 @@ def seed(text: str) -> tuple[str, int] | DnsSeed:
     if len(name) > 253 or not all(_DNS_LABEL.fullmatch(label) for label in labels) \
             or (sep and (not p.isdigit() or not 0 < int(p) <= 65535)):
         raise _bad("HOST:PORT, or dns:NAME[:PORT] with a DNS name and a port in 1-65535", text)
+    from membership.seeds import DnsSeed  # here: the other validators (and Spark executors) need no gossip code
     return DnsSeed(name, int(p) if sep else DEFAULT_GOSSIP_PORT)
 
 

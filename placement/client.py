@@ -10,7 +10,7 @@
 A background thread (task, for ``AsyncPlacementClient``) long-polls ``GET /v1/placement
 ?after=<etag>&wait=<s>`` so the snapshot follows membership changes within one round trip.
 Node URLs are tried in turn, so one dead node does not stop a client. A request that reaches
-a node that does not own its key gets ``421 Misdirected Request`` (``placement.guard``): the
+a node that does not own its key gets ``421 Misdirected Request`` (``placement.service.guard``): the
 client refreshes its snapshot and retries once; so it does when a response carries a
 placement checksum other than the one the request was routed with.
 

@@ -39,9 +39,9 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.guard import Misdirected, NotYetOwned
-from placement.http_api import create_app
-from placement.node import Node
+from placement.service.guard import Misdirected, NotYetOwned
+from placement.service.http_api import create_app
+from placement.service.node import Node
 
 WORK_PATH = "/v1/work"
 
@@ -182,7 +182,7 @@ class LocalSinkCluster:
 
         import uvicorn
 
-        from placement.node import NodeConfig
+        from placement.service.node import NodeConfig
 
         extra = {"membership": membership} if membership is not None else {}
         for i in range(n):
@@ -244,7 +244,7 @@ class LocalSinkCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from placement.node_cli import add_node_arguments, config_from_args
+    from placement.service.node_cli import add_node_arguments, config_from_args
 
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n\n")[0])
     add_node_arguments(parser)

@@ -46,7 +46,7 @@ class Hosts:
     def start(self, name: str, args: Sequence[str]) -> subprocess.Popen:
         """Run ``placement node ARGS`` as host ``name``."""
         log = open(self.logdir / f"{name}.log", "ab")
-        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement.cli", "node", *args]
+        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement.service.cli", "node", *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import time
 
-from placement.workers import PartitionProcessor
+from placement.service.workers import PartitionProcessor
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS units (partition INTEGER, node TEXT, epoch INTEGER, t REAL);

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from placement import node_cli
-from placement.cli import main
+from placement.service import node_cli
+from placement.service.cli import main
 from placement.errors import PlacementError
 
 
@@ -177,7 +177,7 @@ def test_a_bad_variable_is_one_line_naming_it_and_its_value(name, value, monkeyp
 def test_node_variables_are_read_when_no_flag_is_given(monkeypatch):
     env = {"PLACEMENT_ID": "n7", "PLACEMENT_WEIGHT": "2.5", "PLACEMENT_JOIN": "a:1, b:2", "PLACEMENT_TAG": "zone=x",
            "PLACEMENT_PARTITIONS": "512", "PLACEMENT_GOSSIP": "127.0.0.1:7100"}
-    from placement.cli import build_parser
+    from placement.service.cli import build_parser
 
     config, http = node_cli.config_from_args(build_parser().parse_args(["node", "--weight", "3"]), env)
     assert (config.node_id, config.weight, config.join, dict(config.tags)) == ("n7", 3.0, (("a", 1), ("b", 2)),
@@ -240,7 +240,7 @@ def test_a_busy_gossip_port_names_the_address_and_the_flag():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
         busy.bind(("127.0.0.1", 0))
         port = busy.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "placement.cli", "node", "--id", "n1",
+        r = subprocess.run([sys.executable, "-m", "placement.service.cli", "node", "--id", "n1",
                             "--gossip", f"127.0.0.1:{port}", "--http", "127.0.0.1:0"],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
@@ -259,7 +259,7 @@ def test_a_busy_http_port_names_the_address_and_the_flag(capsys):
 def test_a_bad_variable_while_the_parser_is_built_breaks_nothing():
     """The reported crash: PLACEMENT_WEIGHT=abc broke every subcommand (a real process, real env)."""
     env = {"PLACEMENT_WEIGHT": "abc", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    r = subprocess.run([sys.executable, "-m", "placement.cli", "demo", "--partitions", "64"],
+    r = subprocess.run([sys.executable, "-m", "placement.service.cli", "demo", "--partitions", "64"],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and r.stderr == ""
 

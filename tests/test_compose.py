@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from placement.cli import build_parser
-from placement.node_cli import config_from_args
+from placement.service.cli import build_parser
+from placement.service.node_cli import config_from_args
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,10 +14,10 @@ import pytest
 import uvicorn
 from test_node import FAST, eventually
 
-from placement.console.events import EventLog
-from placement.console.summary import agreement, balance, map_payload, read_map_payload
-from placement.http_api import create_app
-from placement.node import Node, NodeConfig
+from placement.service.console.events import EventLog
+from placement.service.console.summary import agreement, balance, map_payload, read_map_payload
+from placement.service.http_api import create_app
+from placement.service.node import Node, NodeConfig
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from test_cluster_processes import free_ports, poll
 
-from placement.console import browser
+from placement.service.console import browser
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(browser.missing() is not None,
                                                    reason=f"no headless browser: {browser.missing()}")]
@@ -33,7 +33,7 @@ def three_nodes():
     urls = [f"http://127.0.0.1:{p}" for p in http]
     procs = []
     for i in range(3):
-        cmd = [sys.executable, "-m", "placement.cli", "node", "--id", f"n{i + 1}", "--gossip",
+        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}", "--gossip",
                f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024", "--replicas", "2"]
         if i:
             cmd += ["--join", f"127.0.0.1:{gossip[0]}"]

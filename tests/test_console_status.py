@@ -11,10 +11,10 @@ import pytest
 import uvicorn
 from test_node import FAST, eventually
 
-from placement.cli import main
-from placement.console.status import render
-from placement.http_api import create_app
-from placement.node import Node, NodeConfig
+from placement.service.cli import main
+from placement.service.console.status import render
+from placement.service.http_api import create_app
+from placement.service.node import Node, NodeConfig
 
 
 @contextlib.contextmanager

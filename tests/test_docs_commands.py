@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from placement.cli import DEMO_MEMBERS, build_parser
+from placement.service.cli import DEMO_MEMBERS, build_parser
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 from test_cluster_processes import poll
@@ -339,7 +339,7 @@ def make_home(path: Path) -> Path:
     interpreter (whose packages are this checkout's: PYTHONPATH)."""
     bin_dir = path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    for name, args in (("placement", "-m placement.cli "), ("python", "")):
+    for name, args in (("placement", "-m placement.service.cli "), ("python", "")):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}"$@"\n')
         (bin_dir / name).chmod(0o755)
     for name in ("Makefile", "pyproject.toml"):

@@ -6,8 +6,8 @@ import httpx
 import msgpack
 import pytest
 
-from placement.http_api import create_app
-from placement.node import Node, NodeConfig
+from placement.service.http_api import create_app
+from placement.service.node import Node, NodeConfig
 from placement.snapshot import PlacementSnapshot
 
 

@@ -12,9 +12,9 @@ import pytest
 from fastapi import Depends, FastAPI
 
 from membership import MembershipConfig
-from placement.guard import require_ownership
-from placement.http_api import create_app
-from placement.node import LeadershipLost, Node, NodeConfig
+from placement.service.guard import require_ownership
+from placement.service.http_api import create_app
+from placement.service.node import LeadershipLost, Node, NodeConfig
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
                         push_pull_min_interval_s=0.5, join_retry_interval_s=0.2)

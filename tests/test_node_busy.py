@@ -20,9 +20,9 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from placement.http_api import create_app
-from placement.node import Node
-from placement.node_sync import NodeThread
+from placement.service.http_api import create_app
+from placement.service.node import Node
+from placement.service.node_sync import NodeThread
 from test_node_exclusive import FAST, P, Ledger, config, eventually, owned_once
 
 # Lifeguard's suspicion timeout here: 1 s once two others confirm (the floor), at most 6 s.

@@ -15,8 +15,8 @@ import pytest
 
 from membership import MembershipConfig
 from placement.exclusive import ExclusiveConfig
-from placement.http_api import create_app
-from placement.node import Node, NodeConfig
+from placement.service.http_api import create_app
+from placement.service.node import Node, NodeConfig
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
                         push_pull_min_interval_s=0.5, join_retry_interval_s=0.2)

@@ -5,7 +5,7 @@ import logging
 import threading
 import time
 
-from placement.node_thread import AppLoopLag, Mailbox
+from placement.service.node_thread import AppLoopLag, Mailbox
 
 
 def test_a_mailbox_runs_posts_from_another_thread_in_order_once_opened_and_isolates_errors(caplog):

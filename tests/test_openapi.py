@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 from test_node import FAST, eventually
 
-from placement.http_api import MSGPACK, create_app
-from placement.node import Node, NodeConfig
+from placement.service.http_api import MSGPACK, create_app
+from placement.service.node import Node, NodeConfig
 
 TOKEN = "s3cret"
 LONG_POLL_CAP_S = 0.2

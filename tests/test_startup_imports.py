@@ -26,7 +26,7 @@ async def report(self, sockets=None):
     print(" ".join(sys.modules), flush=True)
     os._exit(0)
 uvicorn.Server.startup = report
-from placement.cli import main
+from placement.service.cli import main
 main(["node", "--id", "n1", "--gossip", "127.0.0.1:0", "--http", "127.0.0.1:0"])
 """
 
@@ -45,12 +45,12 @@ def _unwanted(modules: set[str]) -> list[str]:
 
 
 def test_the_command_line_parser_imports_no_web_framework_and_nothing_optional():
-    modules = _modules('import sys, placement.cli as c; c.build_parser(); print(" ".join(sys.modules))')
+    modules = _modules('import sys, placement.service.cli as c; c.build_parser(); print(" ".join(sys.modules))')
     web = sorted(m for m in modules if m.split(".")[0] in ("fastapi", "starlette", "uvicorn", "pydantic"))
     assert _unwanted(modules) == [] and web == []
 
 
 def test_a_node_serves_before_it_imports_what_only_other_commands_or_later_requests_need():
     modules = _modules(_NODE_UNTIL_SERVING)
-    assert "placement.http_api" in modules and "placement.node" in modules  # it did get that far
+    assert "placement.service.http_api" in modules and "placement.service.node" in modules  # it did get that far
     assert _unwanted(modules) == []

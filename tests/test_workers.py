@@ -1,4 +1,4 @@
-"""The partition-worker API (placement.workers) on real in-process nodes: one processor per
+"""The partition-worker API (placement.service.workers) on real in-process nodes: one processor per
 owned partition, the drain before the handoff, the checkpoint travelling to the next owner,
 epochs, and "lost" on a takeover. Units of work are accounted exactly, with this process's
 clock, only when ``ctx.owned()`` allowed them."""
@@ -6,8 +6,8 @@ clock, only when ``ctx.owned()`` allowed them."""
 import asyncio
 import time
 
-from placement.node import Node
-from placement.workers import PartitionProcessor, PartitionWorkers
+from placement.service.node import Node
+from placement.service.workers import PartitionProcessor, PartitionWorkers
 from test_node_exclusive import P, config, eventually, owned_once
 
 

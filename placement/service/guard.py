@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Request
 from starlette.exceptions import HTTPException
 
-from .client import CHECKSUM_HEADER, OWNER_HEADER
+from ..client import CHECKSUM_HEADER, OWNER_HEADER
 
 
 class Misdirected(HTTPException):

@@ -1,7 +1,7 @@
 // The operators' console (issue 12). One module, no framework, no build step: it reads the same
 // endpoints a script would (/v1/members, /v1/map, /v1/ownership, /v1/agreement, /v1/owners) and
 // follows /v1/events as server-sent events. The partition map is drawn on a canvas from one
-// binary body (placement/console/summary.py, map_payload): 65,536 partitions are 65,536 pixels,
+// binary body (placement/service/console/summary.py, map_payload): 65,536 partitions are 65,536 pixels,
 // not 65,536 DOM nodes.
 
 const $ = (id) => document.getElementById(id);

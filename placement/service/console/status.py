@@ -13,9 +13,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import argtypes
-from ..errors import PlacementError, SnapshotError
-from ..snapshot import PlacementSnapshot
+from ... import argtypes
+from ...errors import PlacementError, SnapshotError
+from ...snapshot import PlacementSnapshot
 from .summary import balance
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ the lease designs ("nodes under heavy load tend to be too slow to answer to hold
 leases"). Lifeguard cannot help once the loop is blocked for longer than the suspicion timeout.
 
 So the node runs ``membership.aio.Member`` and, in exclusive mode, the ownership runner
-(``placement.node_ownership``: lease renewals, witness answers, handoff notes) on a daemon thread
+(``placement.service.node_ownership``: lease renewals, witness answers, handoff notes) on a daemon thread
 with its own asyncio loop, as ``kinship`` runs its protocol "so a blocked event loop or a long
 GIL hold never makes a healthy node look dead". Both must move: with membership alone on the
 thread, a blocked application loop would still stop lease renewals, and the node would fence
@@ -25,7 +25,7 @@ What crosses between the threads, and how:
 * the application calls into this thread with ``run`` (a coroutine) or ``call`` (a function):
   ``asyncio.run_coroutine_threadsafe`` wrapped for ``await``;
 * nothing mutable is shared: the application reads published immutable snapshots (the member
-  list here, ``Holding`` in ``placement.node_ownership``), each replaced by one reference store.
+  list here, ``Holding`` in ``placement.service.node_ownership``), each replaced by one reference store.
 
 A Python thread still needs the GIL: C code that holds it for seconds (a huge ``re`` match, a
 C extension that does not release it) starves this thread too. BENCHMARKS.md ("Busy

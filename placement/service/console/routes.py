@@ -1,6 +1,6 @@
-"""The console's HTTP routes, added to a node's app by ``placement.http_api.create_app``.
+"""The console's HTTP routes, added to a node's app by ``placement.service.http_api.create_app``.
 
-``GET /ui`` (and ``/ui/{asset}``)  the page, static files from ``placement/console/ui``
+``GET /ui`` (and ``/ui/{asset}``)  the page, static files from ``placement/service/console/ui``
 ``GET /v1/events``     the node's event log (``console.events``): JSON, long-polled with
                        ``after``/``wait``, or a server-sent event stream when the request
                        accepts ``text/event-stream`` (what a browser's EventSource sends)
@@ -158,7 +158,7 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, An
                         yield ": keepalive\n\n"
 
     @app.get("/v1/map", response_class=Response, responses={
-        200: {"description": "the partition map: see placement.console.summary.map_payload",
+        200: {"description": "the partition map: see placement.service.console.summary.map_payload",
               "content": {MAP_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
               "headers": {"ETag": {"description": "quoted etag of the snapshot", "schema": {"type": "string"}}}},
         304: {"description": "the snapshot still has the etag named in If-None-Match"}, **problems})

@@ -8,19 +8,24 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
 from collections.abc import Sequence
 
-from . import argtypes
-from .argtypes import read_members
-from .errors import NoOwnerError, PlacementError
-from .table import PlacementTable
+from simulations import cli as simulations_cli
+from spark_jobs import cli as spark_cli
 
-# Packages that contribute subcommands: each has add_subcommands(subparsers), whose
-# parsers set ``func`` (called with the parsed args; returns the exit status).
-_SUBCOMMAND_MODULES = ("placement.node_cli", "placement.console.status", "simulations.cli", "spark_jobs.cli")
+from .. import argtypes
+from ..argtypes import read_members
+from ..errors import NoOwnerError, PlacementError
+from ..table import PlacementTable
+from . import node_cli
+from .console import status
+
+# Modules that contribute subcommands: each has add_subcommands(subparsers), whose parsers set
+# ``func`` (called with the parsed args; returns the exit status). simulations and spark_jobs
+# give only their ``cli`` modules here; they import what their commands run when those run.
+_SUBCOMMAND_MODULES = (node_cli, status, simulations_cli, spark_cli)
 
 DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
 
@@ -103,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_table_options(table)
     table.set_defaults(func=cmd_table)
     for module in _SUBCOMMAND_MODULES:
-        importlib.import_module(module).add_subcommands(sub)
+        module.add_subcommands(sub)
     return parser
 
 

@@ -35,8 +35,8 @@ from membership import MemberInfo
 
 from .console.events import EventLog
 from .console.routes import add_console_routes
-from .snapshot import PlacementSnapshot
-from .table import MAX_REPLICAS
+from ..snapshot import PlacementSnapshot
+from ..table import MAX_REPLICAS
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
@@ -46,7 +46,7 @@ MAX_WAIT_S = 60.0
 
 
 class NodeLike(Protocol):
-    """What the API needs from a node (``placement.node.Node`` provides it)."""
+    """What the API needs from a node (``placement.service.node.Node`` provides it)."""
 
     node_id: str
     placement_changes: int
@@ -294,7 +294,7 @@ class _NodeCollector:
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
-        lag = getattr(self.node, "app_loop_lag_s", None)  # placement.node_thread.AppLoopLag
+        lag = getattr(self.node, "app_loop_lag_s", None)  # placement.service.node_thread.AppLoopLag
         if lag is not None:
             yield GaugeMetricFamily("placement_app_loop_lag_seconds", "How late the application's event loop "
                                     "ran the membership thread's probes: the worst of the last minute, or how "

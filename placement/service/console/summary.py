@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from ..snapshot import PlacementSnapshot
-from ..table import PlacementTable
+from ...snapshot import PlacementSnapshot
+from ...table import PlacementTable
 
 MAP_MEDIA_TYPE = "application/octet-stream"
 

@@ -1,6 +1,6 @@
 """The exclusive-ownership core (``placement.exclusive``) run for real, inside a ``Node``.
 
-It runs on the node's membership thread (``placement.node_thread``), beside the gossip member, so
+It runs on the node's membership thread (``placement.service.node_thread``), beside the gossip member, so
 lease renewals and witness answers go on while the application's loop is blocked; the
 application's handlers run on the application's loop, reached through ``_Hooks``.
 
@@ -42,9 +42,9 @@ from membership import MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
 
-from . import handoff_wire
-from .exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
-from .table import PlacementTable, TableConfig
+from .. import handoff_wire
+from ..exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
+from ..table import PlacementTable, TableConfig
 
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
 

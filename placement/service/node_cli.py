@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import argtypes
-from .errors import InvalidConfigError, PlacementError
-from .exclusive import ExclusiveConfig
+from .. import argtypes
+from ..errors import InvalidConfigError, PlacementError
+from ..exclusive import ExclusiveConfig
 from membership.seeds import DnsSeed
 
 from .node import Node, NodeConfig, read_key_file
@@ -93,7 +93,7 @@ NODE_FLAGS = (
     _NodeFlag("--handoff-timeout", argtypes.number(0, 3600, lo_open=True), 5.0,
               "seconds a released partition may drain before it is handed on anyway (default 5)"),
     _NodeFlag("--worker", argtypes.import_ref, None,
-              "MODULE:NAME of a PartitionProcessor factory (placement.workers): run one per owned partition"),
+              "MODULE:NAME of a PartitionProcessor factory (placement.service.workers): run one per owned partition"),
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -152,7 +152,7 @@ def _say(node_id: str, text: str) -> None:
 async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], PartitionProcessor] | None = None,
                 work_sink: bool = False) -> int:
     """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
-    one processor per owned partition (``placement.workers``). ``work_sink``: also accept
+    one processor per owned partition (``placement.service.workers``). ``work_sink``: also accept
     ``POST /v1/work`` (``spark_jobs.sink``: records what it receives), so that
     ``spark-route --deliver`` has a receiver."""
     import uvicorn
@@ -313,7 +313,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     procs = []
     seed = f"127.0.0.1:{args.gossip_port}"
     for i in range(args.nodes):
-        cmd = [sys.executable, "-m", "placement.cli", "node", "--id", f"n{i + 1}",
+        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}",
                "--gossip", f"127.0.0.1:{args.gossip_port + i}", "--http", f"127.0.0.1:{args.http_port + i}",
                "--partitions", str(args.partitions), "--replicas", str(args.replicas), "--work-sink"]
         if i:

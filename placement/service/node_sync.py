@@ -1,7 +1,7 @@
 """A node for programs that do not run asyncio (threads, Celery, Django, Flask): issue 15.
 
 ``NodeThread`` runs a ``Node`` on an event loop of its own, in a daemon thread; the node's
-membership and leases run on a second thread (``placement.node_thread``), so neither a busy
+membership and leases run on a second thread (``placement.service.node_thread``), so neither a busy
 program nor a slow callback makes the node look dead::
 
     with NodeThread(NodeConfig("worker-1", join=(("10.0.0.4", 7001),))) as node:

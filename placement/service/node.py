@@ -3,19 +3,19 @@
 This is the composition root the issue calls "the node process": it starts the asyncio gossip
 member (``membership.aio``), recomputes the ``PlacementTable`` from the live view on every
 membership change (incrementally), and tells the embedding application which partitions it
-acquired and released. The HTTP API (``placement.http_api``) and the CLI wrap it.
+acquired and released. The HTTP API (``placement.service.http_api``) and the CLI wrap it.
 
 The gossip member and the exclusive-ownership runner run on a thread of their own
-(``placement.node_thread``), so a blocked application loop delays neither probes and refutations
+(``placement.service.node_thread``), so a blocked application loop delays neither probes and refutations
 nor lease renewals: a busy worker is not declared dead and its partitions do not move (issue 15).
 Everything the application sees - callbacks, ``ownership_changes()``, ``leadership()``, the
-snapshot - lives on the loop that called ``start()``; ``placement.node_sync.NodeThread`` is the
+snapshot - lives on the loop that called ``start()``; ``placement.service.node_sync.NodeThread`` is the
 same node for programs without asyncio.
 
 Ownership has two modes (``NodeConfig.ownership``):
 
 ``"exclusive"`` (the default) runs the exclusive-ownership core (``placement.exclusive``, its
-rules and guarantees in docs/ownership.md) through ``placement.node_ownership``: a partition is
+rules and guarantees in docs/ownership.md) through ``placement.service.node_ownership``: a partition is
 owned only under a quorum lease, moves by handoff (the old owner's ``released`` handler drains,
 may be ``async`` and returns a payload the new owner receives in ``grant(p).payload``), and a
 node cut off from a witness majority stops owning before anyone can take its partitions.
@@ -64,13 +64,13 @@ from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
 
 from .console.events import EventLog
-from .errors import InvalidConfigError, PlacementError
-from .exclusive import ExclusiveConfig
+from ..errors import InvalidConfigError, PlacementError
+from ..exclusive import ExclusiveConfig
 from .node_ownership import ExclusiveRunner, Grant, _Hooks
 from .node_thread import MembershipThread
-from .ownership import OwnershipChange, diff, led_by
-from .snapshot import PlacementSnapshot
-from .table import PlacementTable, TableConfig
+from ..ownership import OwnershipChange, diff, led_by
+from ..snapshot import PlacementSnapshot
+from ..table import PlacementTable, TableConfig
 
 Addr = tuple[str, int]
 

@@ -1,0 +1,14 @@
+"""The service side: everything that does I/O around the pure placement code in ``placement``.
+
+``node``            the composition root: gossip (``membership``) + placement + ownership cores
+``node_ownership``  drives the pure ownership cores (``placement.exclusive``) with the live view
+``node_thread``     gossip and leases on a thread of their own; ``node_sync`` its blocking API
+``workers``         one task per owned partition (``--worker MODULE:NAME``)
+``http_api``        the FastAPI app (``/v1/...``, ``/metrics``); ``guard`` its ownership check
+``console``         the operators' console and ``placement status``
+``node_cli``        ``placement node | members | owners | cluster``; ``cli`` the ``placement`` command
+
+Installed with the ``service`` extra (``pip install 'placement-service[service]'``): fastapi,
+uvicorn, prometheus-client, cryptography (gossip encryption) and httpx. Nothing in ``placement``
+outside this package imports it, so a Spark executor or a client needs none of them.
+"""
