@@ -32,7 +32,7 @@ MATRIX: list[tuple[str, str, dict]] = [
     ("freeze 20 s", "freeze", {}),
     ("split 50/50, 60 s", "split", {}),
     ("split 70/30, 60 s", "split", {"fraction": 0.7}),
-    ("asymmetric (1/4 deaf, 30 s)", "oneway", {}),
+    ("asymmetric (1/4 mute, 30 s)", "oneway", {}),
     ("flapping", "flapping", {}),
     ("loss 5 % + crash", "loss", {}),
 ]
