@@ -190,7 +190,6 @@ class StableViews:
         self._accepted: tuple[tuple[int, str], View] | None = None
         self._proposal: _Proposal | None = None
         self._round_seen = 0
-        self.chosen_here = 0  # views this member got chosen (counter)
 
     @property
     def pending(self) -> bool:
@@ -285,7 +284,6 @@ class StableViews:
             chosen = p.value
             assert chosen is not None
             tell = (set(p.base.members) | set(chosen.members)) - {self.me}
-            self.chosen_here += 1
             self.install(chosen, now)
             for m_id in sorted(tell):
                 self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights))
