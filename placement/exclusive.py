@@ -78,7 +78,7 @@ from .table import PlacementTable
 
 __all__ = [
     "ExclusiveConfig", "Ownership", "Acquired", "Release", "Ended", "Note", "NoteAck", "Redirect", "Query",
-    "Action", "Message",
+    "Census", "Disown", "Action", "Message",
 ]
 
 
@@ -191,7 +191,28 @@ class Query:
     epoch: int
 
 
-Message = Union[Note, NoteAck, Redirect, Query, LeaseMessage]
+@dataclass(frozen=True)
+class Census:
+    """Rule 10: the sender leads ``partitions`` in stable view ``view`` and has waited for them
+    in vain: does the receiver own or hold any of them?"""
+    view: int
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Disown:
+    """Answer to a ``Census`` in stable view ``view``: the sender neither owns nor holds these
+    ``partitions`` (and gave up any right it kept to them); ``epochs``: for each, an epoch at
+    least as high as any it used or saw for it."""
+    view: int
+    partitions: tuple[int, ...]
+    epochs: tuple[int, ...]
+
+
+Message = Union[Note, NoteAck, Redirect, Query, Census, Disown, LeaseMessage]
+
+#: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
+CENSUS_BATCH = 2048
 
 
 # ----------------------------------------------------------------------------- state
@@ -228,6 +249,7 @@ class Counters:
     acquired_by_note: int = 0
     acquired_by_takeover: int = 0
     acquired_back: int = 0
+    acquired_by_census: int = 0
     released: int = 0
     handoffs_timed_out: int = 0
     lease_losses: int = 0
@@ -238,6 +260,8 @@ class Counters:
     notes_expired: int = 0  # unacknowledged when their view passed: dropped (rule 9)
     redirects: int = 0
     queries: int = 0
+    censuses: int = 0  # Census messages sent (rule 10)
+    disowned: int = 0  # partitions this member answered a census for
 
 
 class Ownership:
@@ -260,6 +284,10 @@ class Ownership:
         self._create_after = math.inf
         self.suspects: set[str] = set()
         self.gone: dict[str, float] = {}  # dead or left member -> when this member learned it
+        #: A holder this member waits for that is live here but not in the stable view -> since
+        #: when (rule 4's grace). Not ``gone``: messages to a gone member are dropped, and this
+        #: one is alive (once, every ack and note to a woken member was dropped for good).
+        self._outside: dict[str, float] = {}
         self.table: PlacementTable | None = None
         self._indexed: PlacementTable | None = None
         self._leaders: tuple[str, ...] = ()
@@ -275,6 +303,11 @@ class Ownership:
         #: Partitions this member dropped itself and no longer leads: passed on by a note once a
         #: take-back would be allowed (``_retry_pass_on``).
         self._to_pass: dict[int, tuple[_Waiting, int]] = {}  # (entry, view number it left us in)
+        #: Rule 10: answers to this member's census, in stable view ``_census_num`` only:
+        #: partition -> {member: highest epoch it knows}; and when each member was last asked.
+        self._census_num = 0
+        self._census: dict[int, dict[str, int]] = {}
+        self._census_asked: dict[str, float] = {}
         self._view_changed_at = now
         self._now = now
         self.joined = founder  # heard from the cluster (or started it)
@@ -357,6 +390,13 @@ class Ownership:
                     w.holder, w.since = msg.holder, now
         elif isinstance(msg, Query):
             self._answer_query(src, msg.partition)
+        elif isinstance(msg, Census):
+            self._answer_census(src, msg)
+        elif isinstance(msg, Disown):
+            if msg.view == self.lease.num == self._census_num:
+                for p, epoch in zip(msg.partitions, msg.epochs):
+                    if p in self._census:
+                        self._census[p][src] = epoch
         else:
             self.lease.receive(src, msg, now)
 
@@ -479,6 +519,9 @@ class Ownership:
         c = self.config
         lease = self.lease
         stretch = lease.stretch
+        for m in ins.view.members:
+            if self._outside.pop(m, None) is not None:
+                lease.forget(m)  # back in the stable view: a later takeover needs a fresh proof
         if ins.carried:
             out = self.me not in ins.view.members
             for p, o in self.owned.items():
@@ -707,7 +750,9 @@ class Ownership:
             elif w.holder in self.lease.stable:
                 self._ask(p, w, w.holder, now)
             else:  # the holder left the stable view: the cluster agrees it is gone
-                since = self.gone.setdefault(w.holder, now)
+                since = self.gone.get(w.holder)
+                if since is None:
+                    since = self._outside.setdefault(w.holder, now)
                 lease.condemn(w.holder, now)
                 free = lease.free_at(w.holder)
                 if create and free is not None and now >= max(free, since + c.takeover_grace_s):
@@ -719,6 +764,72 @@ class Ownership:
         if restart:
             self._restarted = False
             self.lease.forget(self.me)
+        if create:
+            self._run_census(now)
+
+    def _run_census(self, now: float) -> None:
+        """Rule 10: a partition this member leads in stable view x and has waited for
+        ``query_after_s`` in vain (its holder dropped it, a note expired, a verdict is unclean,
+        answers go round) is created once every other member of x, answering in x, disowns it.
+
+        Why that is safe (docs/ownership.md, rule 10): the creation wait of rule 9 has ended
+        every ownership under a lease of an older view. A member of x that disowns p in x does
+        not own it then and cannot come to own it in x: it does not lead p, and every note for
+        p sent in x goes to this member, the leader (older notes are refused). A member not in
+        x ended all it carried with its older lease. So no one else owns p when it is created.
+        A member that disowns gives up any right it kept silently (``_to_pass``), so it cannot
+        take p back later on a verdict that no longer says who holds it."""
+        lease = self.lease
+        if self._census_num != lease.num:
+            self._census_num, self._census, self._census_asked = lease.num, {}, {}
+        for p in [p for p in self._census if p not in self.waiting]:
+            del self._census[p]  # came by note, or no longer ours to wait for
+        others = [m for m in lease.stable if m != self.me]
+        ask: dict[str, list[int]] = {}
+        for p, w in list(self.waiting.items()):
+            if p in self.free or now - w.since < self.config.query_after_s:
+                continue
+            answers = self._census.setdefault(p, {})
+            missing = [m for m in others if m not in answers]
+            if missing:
+                for m in missing:
+                    ask.setdefault(m, []).append(p)
+            else:
+                # Above every epoch a member of x used or saw (rule 8), within a confirmed reserve.
+                self.epoch_clock = max(self.epoch_clock, max(answers.values(), default=0))
+                if not self._epoch_ready(now):
+                    return
+                del self._census[p]
+                self._acquire(p, 0, None, now, how="census")
+        for m, parts in ask.items():
+            if now - self._census_asked.get(m, -math.inf) < 4 * self.config.resend_s:
+                continue
+            self._census_asked[m] = now
+            self.counters.censuses += 1
+            for i in range(0, len(parts), CENSUS_BATCH):
+                self._send(m, Census(lease.num, tuple(parts[i:i + CENSUS_BATCH])), once=True)
+
+    def _answer_census(self, src: str, msg: Census) -> None:
+        """Rule 10, the answering side: disown what this member neither owns nor holds (no
+        note held or on its way from here) and gives up. Only in the census's view, with that
+        view installed, under a lease of it, and not as a restarted process whose predecessor
+        may still run (rule 7): otherwise the asker asks again."""
+        lease = self.lease
+        if (msg.view != lease.num or lease.installs or self.table is None or lease.lease_num != lease.num
+                or not lease.valid(self._now) or self._restarted):
+            return
+        noted = {o.msg.partition for o in self._out if isinstance(o.msg, Note)}
+        parts: list[int] = []
+        epochs: list[int] = []
+        for p in msg.partitions:
+            if p in self.owned or p in self.free or p in self.waiting or p in noted or self._leader(p) != src:
+                continue
+            self._to_pass.pop(p, None)
+            self._passed[p] = src  # asked about p again later: the asker may hold it now
+            parts.append(p)
+            epochs.append(self.epoch_clock)  # >= every epoch this member used or saw on a note
+        self.counters.disowned += len(parts)
+        self._send(src, Disown(msg.view, tuple(parts), tuple(epochs)), once=True)
 
     def _epoch_ready(self, now: float) -> bool:
         """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a
@@ -769,6 +880,8 @@ class Ownership:
             self.counters.acquired_by_note += 1
         elif how == "takeover":
             self.counters.acquired_by_takeover += 1
+        elif how == "census":
+            self.counters.acquired_by_census += 1
         else:
             self.counters.acquired_back += 1
         self._actions.append(Acquired(p, new, payload, now))

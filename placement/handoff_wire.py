@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 
 import msgpack
 
-from .exclusive import Message, Note, NoteAck, Query, Redirect
+from .exclusive import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, Query, Redirect
 from .quorum_lease import Condemn, CondemnReply, LeaseReply, LeaseReq
 from .stable_views import Accept, Accepted, Decided, Prepare, Promise
 
@@ -80,6 +80,15 @@ def _any(v: Any) -> bool:
 
 
 _PARTITION, _EPOCH, _CK = _uint(1 << 24), _uint(_U62), _uint(1 << 32)
+
+
+def _list_of(check: Callable[[Any], bool], most: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and len(v) <= most and all(map(check, v))
+
+
+_PARTITIONS, _EPOCHS = _list_of(_PARTITION, CENSUS_BATCH), _list_of(_EPOCH, CENSUS_BATCH)
+#: Checks of fields that travel as lists and are tuples in the message classes.
+_TUPLES = {_ids, _weights, _PARTITIONS, _EPOCHS}
 #: kind -> (class, one check per field, in the class's field order)
 _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     0: (Note, (_PARTITION, _EPOCH, _any, _EPOCH)),
@@ -95,6 +104,8 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights)),
     11: (Accepted, (_EPOCH, _EPOCH, _bool)),
     12: (Decided, (_EPOCH, _ids, _weights)),
+    14: (Census, (_EPOCH, _PARTITIONS)),
+    15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 
@@ -167,7 +178,9 @@ def _message(item: Any) -> Message | None:
     values = item[1:]
     if len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
         return None
-    return cls(*(tuple(v) if check is _ids or check is _weights else v for check, v in zip(checks, values)))
+    if cls is Disown and len(values[1]) != len(values[2]):
+        return None
+    return cls(*(tuple(v) if check in _TUPLES else v for check, v in zip(checks, values)))
 
 
 class Reassembler:

@@ -14,6 +14,8 @@ import argparse
 import random
 from typing import Any
 
+from placement.quorum_lease import is_quorum
+
 from .scenarios import run_scenario
 
 __all__ = ["schedule", "run"]
@@ -60,22 +62,45 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         cluster.sim.at(now + 75, cluster.heal)
         cluster.sim.at(now + 75, cluster.set_loss, 0.0)
 
+    clusters = []
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
-                          system="swim-exclusive", before_run=apply)
+                          system="swim-exclusive", before_run=lambda c: (clusters.append(c), apply(c)))
     result["schedule"] = faults
+    result["quorum_at_end"] = quorum_at_end(clusters[0])
     return result
+
+
+def quorum_at_end(cluster) -> bool:
+    """Does the latest stable view keep a majority of its witnesses running? Without one no
+    member can hold a lease, so partitions stay unowned by design (keep-majority); with one,
+    a partition unowned long after the heal is a liveness defect."""
+    owns = [n.own for n in cluster.nodes.values() if n.up and getattr(n, "own", None) is not None]
+    if not owns:
+        return False
+    latest = max(owns, key=lambda o: o.lease.num).lease
+    running = {o.me for o in owns}
+    return is_quorum(running & set(latest.witnesses), latest.witnesses)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0:40", help="A:B, the seeds A..B-1 (default 0:40)")
     p.add_argument("--seed", type=int, help="one seed, with its schedule and the first overlaps")
+    p.add_argument("--duration", type=float, default=90.0,
+                   help="simulated seconds after warm-up (default 90; everything heals at 75)")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
-    bad = regressed = 0
+    bad = regressed = stuck = quorumless = 0
     for seed in seeds:
-        r = run(seed)
+        r = run(seed, duration_s=args.duration)
         dual = r["dual_owned_partition_s_exact"]
+        if r["unowned_at_end"]:
+            lost = not r["quorum_at_end"]
+            quorumless += lost
+            stuck += not lost
+            why = "no witness quorum of the last stable view runs (by design)" if lost else "LIVENESS DEFECT"
+            print(f"seed {seed}: {r['unowned_at_end']} partitions unowned at the end "
+                  f"({args.duration - 75:g} s after the heal): {why}", flush=True)
         if r["epoch_regressions"]:
             regressed += 1
             print(f"seed {seed}: {r['epoch_regressions']} epoch regressions", flush=True)
@@ -83,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             bad += bool(dual)
             print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} schedule {r['schedule']}",
                   flush=True)
-    print(f"{bad} of {len(seeds)} seeds with dual ownership, {regressed} with epoch regressions")
+    print(f"{bad} of {len(seeds)} seeds with dual ownership, {regressed} with epoch regressions, "
+          f"{stuck} with partitions unowned at the end despite a witness quorum, {quorumless} without one")
     return 1 if bad else 0
 
 

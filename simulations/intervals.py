@@ -98,7 +98,9 @@ class OwnershipLog:
             per.setdefault(p, []).append((start, max(start, min(end, ends.get(node, end))), node))
         dual = orphan = 0.0
         examples = []
+        unowned_at_end = 0
         for p in range(partitions):
+            unowned_at_end += not any(s <= end < e or s < e == end for s, e, _ in per.get(p, ()))
             d, o, pairs = overlaps(per.get(p, []), t0, end)
             dual += d
             orphan += o
@@ -109,6 +111,7 @@ class OwnershipLog:
             "exclusive": True,
             "dual_owned_partition_s_exact": round(dual, 6),
             "orphan_partition_s_exact": round(orphan, 3),
+            "unowned_at_end": unowned_at_end,  # liveness: partitions nobody owns when the run ends
             "dual_owned_examples": examples,
             "epoch_regressions": len(self.epoch_regressions),
             "handoff_latency_s": percentiles([d for at, d in self.move_latencies if at >= t0]),
