@@ -34,7 +34,8 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
 
 4. **Takeover from a holder that left the stable view, proven**: a witness majority condemns
    it, and the taker waits until its lease is over for certain (``QuorumLease.free_at``) and
-   ``takeover_grace_s`` after noticing.
+   ``takeover_grace_s`` after noticing. From the leader of the view just before, a taker that
+   held that view skips rule 9's wait (``_fast_takeover``).
 
 5. **Coming back**: a member that dropped partitions (or held notes) takes them back only on a
    clean verdict from the witnesses of its last renewal, or when the member that waited to take
@@ -56,6 +57,11 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
    every ownership of an older view has ended (``_installed``; the argument is in
    docs/ownership.md, rule 9). This, not rules 4-7, is what makes creation safe across changes
    of the witness set; those rules decide when a creation is useful.
+
+10. **The census**: a leader that waited ``query_after_s`` in vain creates the partition once
+    every other member of its stable view, answering in that view, disowns it (``Census``,
+    ``Disown``; ``_run_census``). It is what a partition nobody holds (a right dropped with an
+    unclean verdict, a note refused or expired across views) needed to be owned again.
 
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
@@ -89,7 +95,7 @@ class ExclusiveConfig:
     #: Longest a graceful release may drain before ownership ends anyway.
     handoff_timeout_s: float = 5.0
     #: A takeover from a dead holder waits at least this long after the death is known.
-    takeover_grace_s: float = 0.5
+    takeover_grace_s: float = 0.25
     #: A member whose lease is about to end starts releasing this long before it does.
     fence_drain_s: float = 1.0
     #: Length of a lease, from the sending of the renewal a witness quorum granted.
@@ -231,6 +237,9 @@ class _Waiting:
     since: float
     generation: int  # lease generation when the entry was made
     cleared: bool = False  # nobody holds it (founder; or the would-be taker said it never took it)
+    #: The stable view whose table named ``holder`` as the leader (-1: unknown). Rule 4's fast
+    #: takeover needs the view just before the current one.
+    basis: int = -1
     asked: float = -math.inf
     asked_who: str = ""
 
@@ -289,6 +298,9 @@ class Ownership:
         #: one is alive (once, every ack and note to a woken member was dropped for good).
         self._outside: dict[str, float] = {}
         self.table: PlacementTable | None = None
+        self._table_num = -1  # the stable view ``table`` was computed from
+        #: When the views before the current one were learned: view number -> time.
+        self._learned: dict[int, float] = {}
         self._indexed: PlacementTable | None = None
         self._leaders: tuple[str, ...] = ()
         self._mine: frozenset[int] = frozenset()
@@ -387,7 +399,7 @@ class Ownership:
                     # It never took it from us (or never had it): nobody holds it.
                     w.holder, w.cleared = self.me, True
                 else:
-                    w.holder, w.since = msg.holder, now
+                    w.holder, w.since, w.basis = msg.holder, now, -1
         elif isinstance(msg, Query):
             self._answer_query(src, msg.partition)
         elif isinstance(msg, Census):
@@ -410,7 +422,9 @@ class Ownership:
         for partition, payload in done:
             o = self.owned.get(partition)
             if o is not None and o.releasing:
-                self._end(partition, now, payload, timed_out=False)
+                # Never past the lease: a process frozen mid-drain that reports the drain done on
+                # waking stopped owning when its lease ran out (rule 1; fuzz seed 458).
+                self._end(partition, min(now, self.lease.valid_until), payload, timed_out=False)
         self._update()
 
     def declared_dead(self, now: float) -> None:
@@ -519,6 +533,9 @@ class Ownership:
         c = self.config
         lease = self.lease
         stretch = lease.stretch
+        self._learned[ins.view.num] = ins.at
+        for num in [k for k in self._learned if k < ins.view.num - 2]:
+            del self._learned[num]
         for m in ins.view.members:
             if self._outside.pop(m, None) is not None:
                 lease.forget(m)  # back in the stable view: a later takeover needs a fresh proof
@@ -560,10 +577,19 @@ class Ownership:
         if self._released_all() and self.me in lease.stable and len(lease.stable) > 1:
             lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
             return
-        # Only a view that changed since the stable view was learned: a member that has not yet
-        # heard what the stable view's proposer heard would otherwise propose the past back.
-        settled = (not self.suspects and now - self._view_changed_at >= self.config.stable_after_s
-                   and self._view_changed_at >= lease.learned_at)
+        # A member that has not yet heard what the stable view's proposer heard would propose the
+        # past back: so a view with a member it never saw, or a changed weight, only once changed
+        # since the stable view was learned.
+        stable = lease.weights
+        removed = stable.keys() - self.view.keys()
+        # Members seen to die or leave need no settling: waiting would only delay takeovers.
+        removals = bool(removed) and removed <= self.gone.keys() and all(
+            stable.get(m) == w for m, w in self.view.items())
+        # Otherwise only a view that settled and changed since the stable view was learned. (A
+        # removal seen here is news whenever it was seen; without this, a view learned just after
+        # the death was never followed by one without the dead member: fuzz seed 327.)
+        settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
+                                                      and self._view_changed_at >= lease.learned_at))
         if lease.help_choose or (settled and self.view != lease.weights and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank())
@@ -585,8 +611,9 @@ class Ownership:
     def _retable(self, now: float) -> None:
         c = self.config
         view = self._placement_view(without_me=self.leaving)
-        old = self.table
+        old, old_num = self.table, self._table_num
         self.table = self._tables(view) if (view and self.joined) else None
+        self._table_num = self.lease.num if self.table is not None else -1
         fenced = self.fenced_reason is not None
         mine = self._led_by_me()
         for p, o in self.owned.items():
@@ -622,6 +649,7 @@ class Ownership:
         # member's first table, the leader without it: the cluster it joined). Only a founder
         # expects partitions from itself, and takes them at once (nobody else exists).
         prev = old if old is not None else self._table_without_me()
+        basis = old_num if old is not None else -1
         for p in mine:
             if p in self._to_pass and p not in self.owned and p not in self.waiting:
                 self.waiting[p] = self._to_pass.pop(p)[0]  # led by us again: ours to take back
@@ -634,7 +662,8 @@ class Ownership:
                         holder = passed  # we handed it on: expect it back from the receiver
                     # Only the founder's first table may take what nobody held before it.
                     cleared = old is None and self._founder and not self._passed
-                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=cleared)
+                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=cleared,
+                                           basis=basis if prev is not None and holder == prev.owner(p) else -1)
 
     def _pass_on(self, p: int, w: _Waiting) -> None:
         """A partition this member waited for now belongs to another: tell the new leader."""
@@ -754,8 +783,14 @@ class Ownership:
                 if since is None:
                     since = self._outside.setdefault(w.holder, now)
                 lease.condemn(w.holder, now)
-                free = lease.free_at(w.holder)
-                if create and free is not None and now >= max(free, since + c.takeover_grace_s):
+                free = lease.free_at(w.holder) if create else None
+                if free is None and self._fast_takeover(w, now):
+                    # Proven by the witnesses of the view the holder led it in: theirs granted
+                    # its leases there (this view's need not share a witness with them; fuzz
+                    # seed 555, when the fast path used them).
+                    lease.condemn(w.holder, now, previous=True)
+                    free = lease.free_at(w.holder, previous=True)
+                if free is not None and now >= max(free, since + c.takeover_grace_s):
                     # Above every epoch the holder used (rule 8).
                     self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(w.holder))
                     if not self._epoch_ready(now):
@@ -830,6 +865,20 @@ class Ownership:
             epochs.append(self.epoch_clock)  # >= every epoch this member used or saw on a note
         self.counters.disowned += len(parts)
         self._send(src, Disown(msg.view, tuple(parts), tuple(epochs)), once=True)
+
+    def _fast_takeover(self, w: _Waiting, now: float) -> bool:
+        """Rule 4's fast path, without rule 9's creation wait: this member stepped from view n
+        into n+1, learned n at least ``lease_s`` (1+rho)/(1-rho) ago, and the holder it takes
+        over from led the partition in n (``w.basis``). In n only that holder could own the
+        partition (only the leader creates it or gets notes for it), ownership carried into n
+        ended with the leases of n-1, and older views' leases ended before that; the holder's
+        own lease is proven over by the condemnation. So the wait, which is for owners under
+        views this member does not know, has nothing left to cover (docs/ownership.md, rule 4)."""
+        lease = self.lease
+        n = lease.num - 1
+        learned = self._learned.get(n)
+        return (w.basis == n and learned is not None and now >= learned + self.config.lease_s * lease.stretch
+                and lease.lease_num == lease.num and lease.valid(now))
 
     def _epoch_ready(self, now: float) -> bool:
         """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a

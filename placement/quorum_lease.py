@@ -208,6 +208,10 @@ class QuorumLease:
         self._past: list[int] = []  # stable views this witness held before the current one
         # taker side
         self._condemning: dict[str, _Condemning] = {}
+        #: Condemnations by the witnesses of the view before this one (``condemn(previous=True)``),
+        #: and that view's (ck, witnesses): set on a step, None after a jump.
+        self._condemning_prev: dict[str, _Condemning] = {}
+        self.previous: tuple[int, tuple[str, ...]] | None = None
         self._out: list[tuple[str, LeaseMessage]] = []
         self.requests_refused = 0
 
@@ -256,9 +260,14 @@ class QuorumLease:
         stepped = old.num > 0 and new.num == old.num + 1
         carried = stepped and self.valid(now) and self.lease_num == old.num
         self.installs.append(Install(new, stepped, carried, self.valid_until, now))
+        self.previous = (old.ck, witnesses_of(old.members, self.k)) if stepped else None
+        self._condemning_prev.clear()
         self.learned_at = now
         self._past = (self._past + [old.ck])[-16:]
         self._rounds.clear()  # grants under the old view no longer count
+        # A lease under the new view at once, not at the next renewal: creation (a takeover)
+        # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
+        self._next_round = min(self._next_round, now)
         # Send the view along until each witness has granted under it: one that missed the
         # ``Decided`` would otherwise refuse a round first, and under loss two lost rounds
         # reach the fence margin (measured: 1,943 fenced releases in the 5 % loss scenario).
@@ -320,7 +329,7 @@ class QuorumLease:
             rnd = self._rounds.get(self._seq)
             if rnd is not None and not is_quorum(rnd[2], self.witnesses):
                 self._request([w for w in self._round_targets if w not in rnd[2]], now)
-        for subject, c in self._condemning.items():
+        for subject, c in self._all_condemning():
             if now >= c.next_send and not self._condemn_done(c):
                 c.next_send = now + self.resend_s
                 for w in c.witnesses:
@@ -438,17 +447,33 @@ class QuorumLease:
 
     # ------------------------------------------------------------------ taker side
 
-    def condemn(self, subject: str, now: float) -> None:
-        """Start proving that ``subject`` has stopped (idempotent)."""
-        if subject in self._condemning or not self.witnesses:
+    def condemn(self, subject: str, now: float, *, previous: bool = False) -> None:
+        """Start proving that ``subject`` has stopped (idempotent). ``previous``: by the
+        witnesses of the view before the current one, which granted every lease the subject
+        held under that view (a new view's witnesses need not share one with them)."""
+        book = self._condemning_prev if previous else self._condemning
+        if subject in book:
             return
+        if previous:
+            if self.previous is None:
+                return
+            ck, witnesses = self.previous
+        else:
+            if not self.witnesses:
+                return
+            ck, witnesses = self.stable_ck, self.witnesses
         self._nonce_seq += 1
-        self._condemning[subject] = _Condemning(self._nonce_seq, now, self.stable_ck, self.witnesses)
+        book[subject] = _Condemning(self._nonce_seq, now, ck, witnesses)
         self.tick(now)
 
-    def free_at(self, subject: str) -> float | None:
-        """When ``subject``'s lease is over for sure (None: not proven yet)."""
-        c = self._condemning.get(subject)
+    def _all_condemning(self):
+        yield from self._condemning.items()
+        yield from self._condemning_prev.items()
+
+    def free_at(self, subject: str, *, previous: bool = False) -> float | None:
+        """When ``subject``'s lease is over for sure (None: not proven yet), as proven by the
+        witnesses of the current view or (``previous``) of the view before."""
+        c = (self._condemning_prev if previous else self._condemning).get(subject)
         if c is None:
             return None
         order = sorted(c.bounds.items(), key=lambda kv: kv[1])
@@ -461,14 +486,17 @@ class QuorumLease:
         """The highest epoch reserve the answering witnesses granted ``subject``: once
         ``free_at`` is proven, their quorum shares a witness with every quorum that confirmed a
         reserve of the subject, so the subject used no epoch above this (module docstring)."""
-        c = self._condemning.get(subject)
-        return max(c.reserves.values(), default=0) if c is not None else 0
+        found = [c for book in (self._condemning, self._condemning_prev) if (c := book.get(subject)) is not None]
+        return max((r for c in found for r in c.reserves.values()), default=0)
 
     def forget(self, subject: str) -> None:
         self._condemning.pop(subject, None)
+        self._condemning_prev.pop(subject, None)
 
     def on_condemn_reply(self, src: str, r: CondemnReply, now: float) -> None:
         c = self._condemning.get(r.subject)
+        if c is None or r.nonce != c.nonce:
+            c = self._condemning_prev.get(r.subject)
         if c is None or r.nonce != c.nonce or not r.ok or src not in c.witnesses:
             return
         c.bounds[src] = now + max(0.0, self.lease_s * self.stretch - r.age_s)
@@ -522,7 +550,7 @@ class QuorumLease:
 
     def next_time(self) -> float:
         t = min(self._next_round, self._retry_at, self.views.next_time())
-        for c in self._condemning.values():
+        for _, c in self._all_condemning():
             if not self._condemn_done(c):
                 t = min(t, c.next_send)
         return t

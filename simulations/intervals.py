@@ -10,6 +10,7 @@ exactly, and fencing epochs are checked to rise with every acquisition of a part
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from placement.exclusive import Acquired, Ended, Release
@@ -83,6 +84,21 @@ class OwnershipLog:
             if start is not None:
                 self.closed.setdefault(p, []).append((start, action.at, node))
             self.timed_out += action.timed_out
+
+    def takeover_after(self, partitions, at: float) -> float | None:
+        """When every one of ``partitions`` had been acquired again after ``at`` (a crash),
+        exactly; None if one never was."""
+        starts: dict[int, float] = {}
+        for (p, _), (start, _) in self.open.items():
+            if start >= at:
+                starts[p] = min(start, starts.get(p, math.inf))
+        latest = at
+        for p in partitions:
+            first = min((s for s, _, _ in self.closed.get(p, ()) if s >= at), default=starts.get(p))
+            if first is None:
+                return None
+            latest = max(latest, min(first, starts.get(p, first)))
+        return latest
 
     def summary(self, t0: float, end: float, partitions: int,
                 lease_ends: dict[int, float] | None = None) -> dict[str, Any]:

@@ -259,6 +259,13 @@ class Recorder:
             return False
         return members[0].live_view() == frozenset(n.node_id for n in members)
 
+    def _exact_takeovers(self) -> dict[str, Any] | None:
+        log = self.ownership_log
+        if not log.records:
+            return None
+        done = [log.takeover_after(r.led.tolist(), r.at) for r in self.crashes]
+        return percentiles([t - r.at for t, r in zip(done, self.crashes) if t is not None])
+
     def note_optimal(self, moves: int) -> None:
         if self.active:
             self.optimal_moves += moves
@@ -295,6 +302,8 @@ class Recorder:
             "first_dead_s": percentiles([r.first_dead - r.at for r in self.crashes
                                          if r.first_dead is not None]),
             "takeover_s": percentiles([r.takeover - r.at for r in self.crashes if r.takeover is not None]),
+            # Exclusive ownership: from the acquisitions themselves, not 0.5 s samples.
+            "takeover_exact_s": self._exact_takeovers(),
             # Crashed and neither detected everywhere nor restarted before the run ended.
             "undetected_crashes": len(self._open),
             "false_suspicions": len(self.false_suspicions),

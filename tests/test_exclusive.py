@@ -163,7 +163,7 @@ def test_no_partition_is_owned_twice(name: str) -> None:
 #: past its lease was crashed, still frozen at the end, or declared dead while frozen (its
 #: ownership ends with its lease): kept as regression cases.
 WITNESS_GAP_SEEDS = (36, 45, 54, 78, 84)
-FROZEN_ACCOUNTING_SEEDS = (615, 623, 740, 816, 1212, 1406)
+FROZEN_ACCOUNTING_SEEDS = (615, 623, 740, 816, 1212, 1406, 458)  # 458: a drain reported done on waking
 #: A note resent across a split for 28 s arrived two views later, after the partition had been
 #: re-created: notes are now taken only in the stable view they were sent in.
 NOTE_ACROSS_VIEWS_SEEDS = (1719,)
@@ -172,8 +172,9 @@ NOTE_ACROSS_VIEWS_SEEDS = (1719,)
 #: Seeds that left partitions unowned for good after everything healed, with a witness quorum
 #: running: members kept a live member that had left the stable view in ``gone`` and dropped
 #: every ack, note and answer to it (seed 0: 34 partitions), and notes refused or expired across
-#: views lost their partitions until rule 10's census (seed 26).
-LIVENESS_SEEDS = (0, 1, 2, 13, 26, 35)
+#: views lost their partitions until rule 10's census (seed 26), and a stable view learned just
+#: after a death was never followed by one without the dead member (seed 327).
+LIVENESS_SEEDS = (0, 1, 2, 13, 26, 35, 327)
 
 
 @pytest.mark.parametrize("seed", [*range(12), *WITNESS_GAP_SEEDS, *FROZEN_ACCOUNTING_SEEDS,
@@ -354,3 +355,15 @@ def test_census_and_disown_round_trip_and_malformed_ones_are_dropped() -> None:
     bad = [Disown(4, (1, 2), (9,)), Census(4, (-1,)), Census(4, tuple(range(CENSUS_BATCH + 1)))]
     for msg in bad:
         assert decode(encode("n1", msg)) is None, msg
+
+
+def test_a_drain_reported_done_after_a_freeze_ends_ownership_at_the_lease_end() -> None:
+    """A process frozen mid-drain whose application reports the drain done on waking stopped
+    owning when its lease ran out (rule 1), not when it woke (fuzz seed 458)."""
+    a, b, now = settled_pair()
+    a.leave(now)
+    p = next(x.partition for x in a.actions() if isinstance(x, Release))
+    end = a.lease.valid_until
+    a.release_done(p, end + 7.0)  # woken 7 s after its lease ended, no timer in between
+    ended = [x for x in a.actions() if isinstance(x, Ended) and x.partition == p]
+    assert ended and ended[0].at == end
