@@ -231,7 +231,16 @@ def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.n
 
 
 def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k members of smallest q = G/W and the (k+1)-th smallest q (float64).
+    """Per row, the k members of smallest q = G/W (ties: lower index first) and the (k+1)-th
+    smallest q (float64): compiled (``screen_numba``) where ``kernel`` allows, else numpy."""
+    fast = _numba_screen(len(hp) * len(members))
+    if fast is not None:
+        return fast.top_by_gap(premix_np(hp), premix_np(members.hashes), members.units, k)
+    return _top_by_gap_numpy(hp, members, k)
+
+
+def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_top_by_gap`` in numpy: the reference for the compiled screen, and its fallback.
 
     q is float32(G) * float32(1/W); with one weight for all it is G itself, kept as uint32
     (the same order, without a conversion pass). Blocks of rows keep the scratch matrices
@@ -273,6 +282,32 @@ def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, n
     if uniform:
         q_next /= float(members.units[0])
     return top, q_next
+
+
+# Which screen ``_top_by_gap`` runs: "numpy"; "numba" (``screen_numba``; ImportError without
+# numba); or "auto": numba when it is installed and the matrix has at least _NUMBA_MIN_PAIRS
+# pairs (numpy's ~50 ms there), so small tables - tests, a node's start - never import it.
+KERNELS: Final = ("auto", "numpy", "numba")
+kernel = "auto"
+_NUMBA_MIN_PAIRS: Final = 1 << 24
+_numba_missing = False
+
+
+def _numba_screen(pairs: int):
+    """The ``screen_numba`` module if this call should use it, else None."""
+    global _numba_missing
+    if kernel == "numpy" or (kernel == "auto" and (pairs < _NUMBA_MIN_PAIRS or _numba_missing)):
+        return None
+    if kernel not in KERNELS:
+        raise ValueError(f"rendezvous.kernel must be one of {KERNELS}, got {kernel!r}")
+    try:
+        from . import screen_numba
+    except ImportError:
+        if kernel == "numba":
+            raise
+        _numba_missing = True
+        return None
+    return screen_numba
 
 
 def _candidates_float_pruned(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
