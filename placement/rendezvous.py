@@ -286,10 +286,12 @@ def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndar
 
 # Which screen ``_top_by_gap`` runs: "numpy"; "numba" (``screen_numba``; ImportError without
 # numba); or "auto": numba when it is installed and the matrix has at least _NUMBA_MIN_PAIRS
-# pairs (numpy's ~50 ms there), so small tables - tests, a node's start - never import it.
+# pairs. Its first call in a process costs ~0.4-0.7 s (import, cache load: BENCHMARKS.md), so
+# it pays only where a numpy build takes a quarter second or more (65,536 x 1,024), and small
+# tables - tests, a node's start - never import it.
 KERNELS: Final = ("auto", "numpy", "numba")
 kernel = "auto"
-_NUMBA_MIN_PAIRS: Final = 1 << 24
+_NUMBA_MIN_PAIRS: Final = 1 << 26
 _numba_missing = False
 
 

@@ -66,16 +66,16 @@ def _insert(best_q, best_i, count, k, v, j):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def _screen(row_mix, col_mix, inv_w, uniform, n, k):  # pragma: no cover - compiled
-    """Per row: the k members of smallest q (ties: lower index) and the (k+1)-th q's bits.
+def _screen(row_mix, col_mix, inv_w, uniform, n, top, q_next):  # pragma: no cover - compiled
+    """Per row: the k members of smallest q (ties: lower index) into ``top`` (rows, k), and the
+    (k+1)-th q's bits into ``q_next`` (outputs come from the caller, so tracemalloc sees them).
 
     ``col_mix`` and ``inv_w`` are padded to a multiple of GROUPS (padding's q is 2**32 - 1,
-    above every real q or equal to it with a higher index); n <= the real member count.
+    above every real q or equal to it with a higher index); n is the real member count.
     """
     rows = row_mix.shape[0]
     width = col_mix.shape[0]
-    top = np.empty((rows, k), np.int32)
-    q_next = np.empty(rows, np.uint32)
+    k = top.shape[1]
     for b in prange((rows + _BLOCK_ROWS - 1) // _BLOCK_ROWS):
         qf = np.empty(width, np.float32)
         q = qf.view(np.uint32)
@@ -101,22 +101,34 @@ def _screen(row_mix, col_mix, inv_w, uniform, n, k):  # pragma: no cover - compi
             for c in range(1, grid.shape[0]):
                 for t in range(GROUPS):
                     mins[t] = min(mins[t], grid[c, t])
-            count = 0
-            for t in range(GROUPS):
-                if count <= k or mins[t] < best_q[k]:
-                    count = _insert(best_q, best_i, count, k, mins[t], t)
-            limit = best_q[k]  # the (k+1)-th smallest group minimum
+            # limit = the (k+1)-th smallest group minimum, by vectorised passes over the 64
+            # minima (distinct values ascending, counting repeats) - no data-dependent branches
+            # per minimum, unlike an insertion
+            limit = _MAX_U32
+            below = np.uint32(0)  # values <= below are counted already
+            need = k + 1
+            first = True
+            while need > 0:
+                m = _MAX_U32
+                for t in range(GROUPS):
+                    v = mins[t]
+                    m = min(m, v if (first or v > below) else _MAX_U32)
+                c = 0
+                for t in range(GROUPS):
+                    c += mins[t] == m
+                need -= c
+                limit = below = m
+                first = False
             count = 0
             for t in range(GROUPS):
                 if mins[t] <= limit:
                     for j in range(t, width, GROUPS):
                         v = q[j]
-                        if count <= k or v < best_q[k] or (v == best_q[k] and j < best_i[k]):
+                        if v <= limit and (count <= k or v < best_q[k] or (v == best_q[k] and j < best_i[k])):
                             count = _insert(best_q, best_i, count, k, v, j)
             for t in range(k):
                 top[r, t] = best_i[t]
             q_next[r] = best_q[k]
-    return top, q_next
 
 
 def top_by_gap(row_mix: np.ndarray, col_mix: np.ndarray, units: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +143,10 @@ def top_by_gap(row_mix: np.ndarray, col_mix: np.ndarray, units: np.ndarray, k: i
     cols[:n] = col_mix
     inv_w = np.zeros(width, dtype=np.float32)
     inv_w[:n] = (1.0 / units.astype(np.float64)).astype(np.float32)
+    top = np.empty((len(row_mix), k), dtype=np.int32)
+    bits = np.empty(len(row_mix), dtype=np.uint32)
     with _lock:
-        top, bits = _screen(np.ascontiguousarray(row_mix, dtype=np.uint64), cols, inv_w, uniform, n, k)
+        _screen(np.ascontiguousarray(row_mix, dtype=np.uint64), cols, inv_w, uniform, n, top, bits)
     if n == k:
         q_next = np.full(len(row_mix), np.inf)
     elif uniform:

@@ -6,7 +6,7 @@ The deferred ones (``benchmarks/bench_startup.py`` measured them): httpx (~50 ms
 ``members``/``owners``/``cluster``/``status`` commands and the first ``/v1/agreement`` use it),
 prometheus_client (~10 ms; the first ``/metrics``). Spark, pandas, pyarrow, matplotlib and the
 simulator itself were never loaded by a node; they stay that way. numba (the ``fast`` extra, ~0.3 s
-to import) loads only at a table build of 2**24 pairs or more (``rendezvous._numba_screen``).
+to import) loads only at a table build of 2**26 pairs or more (``rendezvous._numba_screen``).
 """
 
 from __future__ import annotations
