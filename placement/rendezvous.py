@@ -138,21 +138,33 @@ class Ranked:
 def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: int) -> Ranked:
     """Order each row's candidates by (draw, -H, idx) and keep the first k.
 
-    A per-row argsort on draw alone is cheap; rows where two of the first k+1 draws are
-    equal (rare) are re-sorted with the full key.
+    Rows whose draws already ascend strictly need no sort: with distinct draws the order is
+    the draw order. The screen's rows almost all do (it lists candidates by q, which orders
+    nearly as the draw does), and a per-row argsort of a million short rows costs more than
+    the check. The rest get an argsort on draw; rows where two of the first k+1 draws are
+    equal (rare) are re-sorted with the full key. The result may share (and the sort may
+    write into) the arguments' memory: callers pass scratch they no longer need.
     """
-    order = np.argsort(cand_draw, axis=1, kind="stable")
-    sd = np.take_along_axis(cand_draw, order, axis=1)
-    if sd.shape[1] > 1:
-        span = min(k + 1, sd.shape[1])
-        for r in np.flatnonzero((sd[:, : span - 1] == sd[:, 1:span]).any(axis=1)).tolist():
-            order[r] = np.lexsort((cand_idx[r], ~cand_h[r], cand_draw[r]))
+    if cand_draw.shape[1] == k:
+        ranked = Ranked(cand_idx.astype(np.int32, copy=False), cand_h, cand_draw)
+    else:
+        ranked = Ranked(cand_idx[:, :k].astype(np.int32), cand_h[:, :k].copy(), cand_draw[:, :k].copy())
+    if cand_draw.shape[1] < 2:
+        return ranked
+    rows = np.flatnonzero((cand_draw[:, :-1] >= cand_draw[:, 1:]).any(axis=1))
+    if not len(rows):
+        return ranked
+    idx, h, draw = cand_idx[rows], cand_h[rows], cand_draw[rows]  # copies: ranked may share the rest
+    order = np.argsort(draw, axis=1, kind="stable")
+    sd = np.take_along_axis(draw, order, axis=1)
+    span = min(k + 1, sd.shape[1])
+    for r in np.flatnonzero((sd[:, : span - 1] == sd[:, 1:span]).any(axis=1)).tolist():
+        order[r] = np.lexsort((idx[r], ~h[r], draw[r]))
     top = order[:, :k]
-    return Ranked(
-        idx=np.take_along_axis(cand_idx, top, axis=1).astype(np.int32),
-        h=np.take_along_axis(cand_h, top, axis=1),
-        draw=np.take_along_axis(cand_draw, top, axis=1),
-    )
+    ranked.idx[rows] = np.take_along_axis(idx, top, axis=1)
+    ranked.h[rows] = np.take_along_axis(h, top, axis=1)
+    ranked.draw[rows] = np.take_along_axis(draw, top, axis=1)
+    return ranked
 
 
 def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ranked:
