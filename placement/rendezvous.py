@@ -25,6 +25,9 @@ Two implementations share that definition:
   at N = 1,000 with k = 1, more for small N) the partition is re-ranked from a wider
   candidate set chosen with float64 logarithms, as is every partition when k is large.
   Floats only ever *exclude* members, with a proven margin; the decision stays integer.
+  The screen - the only part that touches every pair - has a compiled twin
+  (``screen_numba``, the optional ``fast`` extra) that computes the same figures in one
+  pass per row; ``kernel`` chooses between them.
 
 ``tests/test_rendezvous.py`` checks every path against ``rank_one`` with property tests.
 """
@@ -299,28 +302,36 @@ def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndar
 # Which screen ``_top_by_gap`` runs: "numpy"; "numba" (``screen_numba``; ImportError without
 # numba); or "auto": numba when it is installed and the matrix has at least _NUMBA_MIN_PAIRS
 # pairs. Its first call in a process costs ~0.4-0.7 s (import, cache load: BENCHMARKS.md), so
-# it pays only where a numpy build takes a quarter second or more (65,536 x 1,024), and small
-# tables - tests, a node's start - never import it.
+# it is loaded only where a numpy build takes a quarter second or more (65,536 x 1,024), and
+# small tables - tests, a node's start - never import it; once loaded, it also takes calls
+# from _NUMBA_LOADED_MIN_PAIRS on (a leave re-ranking 2,700 rows of 2,000 members: half the
+# CPU time of numpy).
 KERNELS: Final = ("auto", "numpy", "numba")
 kernel = "auto"
 _NUMBA_MIN_PAIRS: Final = 1 << 26
-_numba_missing = False
+_NUMBA_LOADED_MIN_PAIRS: Final = 1 << 20
+_numba_state = "unknown"  # "loaded" or "missing" after the first attempt
 
 
 def _numba_screen(pairs: int):
     """The ``screen_numba`` module if this call should use it, else None."""
-    global _numba_missing
-    if kernel == "numpy" or (kernel == "auto" and (pairs < _NUMBA_MIN_PAIRS or _numba_missing)):
+    global _numba_state
+    if kernel == "numpy":
         return None
-    if kernel not in KERNELS:
+    if kernel == "auto":
+        least = _NUMBA_LOADED_MIN_PAIRS if _numba_state == "loaded" else _NUMBA_MIN_PAIRS
+        if pairs < least or _numba_state == "missing":
+            return None
+    elif kernel != "numba":
         raise ValueError(f"rendezvous.kernel must be one of {KERNELS}, got {kernel!r}")
     try:
         from . import screen_numba
     except ImportError:
         if kernel == "numba":
             raise
-        _numba_missing = True
+        _numba_state = "missing"
         return None
+    _numba_state = "loaded"
     return screen_numba
 
 

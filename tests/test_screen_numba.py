@@ -77,10 +77,18 @@ def test_screen_equals_numpy_at_a_thousand_members(mix, k):
 
 
 def test_auto_uses_numba_only_for_large_matrices(monkeypatch):
+    """Loaded at 2**26 pairs; once loaded, used from 2**20; never when missing or told not to."""
     monkeypatch.setattr(rendezvous, "kernel", "auto")
+    monkeypatch.setattr(rendezvous, "_numba_state", "unknown")
     assert rendezvous._numba_screen(rendezvous._NUMBA_MIN_PAIRS - 1) is None
     assert rendezvous._numba_screen(rendezvous._NUMBA_MIN_PAIRS) is screen_numba
+    assert rendezvous._numba_state == "loaded"
+    assert rendezvous._numba_screen(rendezvous._NUMBA_LOADED_MIN_PAIRS) is screen_numba
+    assert rendezvous._numba_screen(rendezvous._NUMBA_LOADED_MIN_PAIRS - 1) is None
+    monkeypatch.setattr(rendezvous, "_numba_state", "missing")
+    assert rendezvous._numba_screen(1 << 40) is None
     monkeypatch.setattr(rendezvous, "kernel", "numpy")
+    monkeypatch.setattr(rendezvous, "_numba_state", "loaded")
     assert rendezvous._numba_screen(1 << 40) is None
     monkeypatch.setattr(rendezvous, "kernel", "numba")
     assert rendezvous._numba_screen(1) is screen_numba
