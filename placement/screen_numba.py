@@ -4,7 +4,7 @@ Why: the screen touches every (partition, member) pair - 2.1e9 at P = 2**20, N =
 numpy needs six passes over a row block (XOR, multiply, shift, XOR, multiply, float scale)
 plus k+1 argmin passes, ~3 ns per pair. Here one loop per row hashes the row into an L1
 buffer (LLVM vectorises it: 64-bit multiplies are single AVX-512 instructions where the CPU
-has them), takes the minimum of each of 64 interleaved groups of the row (also vectorised),
+has them), takes the minimum of each of 128 interleaved groups of the row (also vectorised),
 and picks the k+1 smallest values only from the k+1 groups with the smallest minima - any
 element among the k+1 smallest is at most the (k+1)-th smallest group minimum, so it lies
 in a group whose minimum is at most that too. Rows are split over threads (``prange``).
@@ -40,7 +40,7 @@ from numba import njit, prange  # noqa: E402
 
 from .hashing import _C1, _NEG_C2  # noqa: E402
 
-GROUPS = 64  # interleaved groups per row: 64 uint32 minima are four AVX-512 registers
+GROUPS = 128  # interleaved groups per row (64 and 256: 5-15 % slower at N = 1,000-2,000, serial A/B)
 _BLOCK_ROWS = 256  # rows per parallel task: enough work to amortise the task's scratch
 _MAX_U32 = np.uint32(0xFFFFFFFF)
 _C1_U = np.uint64(_C1)
@@ -101,7 +101,7 @@ def _screen(row_mix, col_mix, inv_w, uniform, n, top, q_next):  # pragma: no cov
             for c in range(1, grid.shape[0]):
                 for t in range(GROUPS):
                     mins[t] = min(mins[t], grid[c, t])
-            # limit = the (k+1)-th smallest group minimum, by vectorised passes over the 64
+            # limit = the (k+1)-th smallest group minimum, by vectorised passes over the
             # minima (distinct values ascending, counting repeats) - no data-dependent branches
             # per minimum, unlike an insertion
             limit = _MAX_U32
