@@ -110,7 +110,8 @@ def numba_first_call() -> None:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": os.pathsep.join(sys.path)}
         for label in ("empty (compiles)", "written by the run above (loads)"):
-            out = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
+                                 check=True)
             imp, first = map(float, out.stdout.split())
             print(f"| {label} | {1000 * imp:.0f} ms | {1000 * first:.0f} ms |")
 

@@ -5,17 +5,18 @@ numpy needs six passes over a row block (XOR, multiply, shift, XOR, multiply, fl
 plus k+1 argmin passes, ~3 ns per pair. Here one loop per row hashes the row into an L1
 buffer (LLVM vectorises it: 64-bit multiplies are single AVX-512 instructions where the CPU
 has them), takes the minimum of each of 128 interleaved groups of the row (also vectorised),
-and picks the k+1 smallest values only from the k+1 groups with the smallest minima - any
-element among the k+1 smallest is at most the (k+1)-th smallest group minimum, so it lies
-in a group whose minimum is at most that too. Rows are split over threads (``prange``).
+finds the (k+1)-th smallest group minimum m in a few vectorised passes, and picks the k+1
+smallest values only among the elements <= m of groups whose minimum is <= m: k+1 elements
+are <= m (one per such group), so each of the k+1 smallest is too, and so is its group's
+minimum. Rows are split over threads (``prange``).
 
-It computes exactly what the numpy screen computes (``tests/test_rendezvous.py`` compares
+It computes exactly what the numpy screen computes (``tests/test_screen_numba.py`` compares
 them bit for bit): the same q = G (equal weights, uint32) or float32(G) * float32(1/W)
 (IEEE products, no fast-math), and the k smallest in (q, member index) order - the order
 repeated argmin yields. Non-negative float32 values order as their uint32 bit patterns, so
 both cases compare integers. The exact decision stays with the caller (integer draws).
 
-Imported lazily, at the first build large enough to use it (``rendezvous._use_numba``): a
+Imported lazily, at the first build large enough to use it (``rendezvous._numba_screen``): a
 node serving a small table never loads numba. Compiled code is cached on disk
 (``cache=True``: ``__pycache__`` beside this file, or numba's user cache directory when that
 is read-only), so only the first process on a machine pays the compile (BENCHMARKS.md).
@@ -28,9 +29,11 @@ import threading
 
 import numpy as np
 
-# GNU OpenMP, numba's default layer when libgomp is found, aborts a forked child that runs a
-# parallel kernel after its parent did (Spark forks its Python workers). "forksafe" picks TBB
-# if installed, else numba's own workqueue; an explicit NUMBA_THREADING_LAYER is respected.
+# GNU OpenMP, numba's default layer when libgomp is found, hangs a forked child that runs a
+# parallel kernel after its parent did (seen here; Spark forks its Python workers). "forksafe" picks TBB
+# if installed, else numba's own workqueue; an explicit NUMBA_THREADING_LAYER is respected. (The
+# layer is chosen once per process: if the application ran a parallel numba function first,
+# its layer stays.)
 if "NUMBA_THREADING_LAYER" not in os.environ:
     import numba
 

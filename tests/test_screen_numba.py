@@ -43,7 +43,8 @@ edge_hash = st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**63, 2
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.data(), st.integers(1, 300), st.one_of(st.integers(1, 6), st.integers(7, 32)), st.booleans(), st.integers(0, 2**32 - 1))
+@given(st.data(), st.integers(1, 300), st.one_of(st.integers(1, 6), st.integers(7, 32)), st.booleans(),
+       st.integers(0, 2**32 - 1))
 def test_screen_equals_the_sorted_q_matrix(data, n, k, uniform, seed):
     """Random memberships of 1-300 members (rows padded to a multiple of 128 groups: n below
     and above 128 and 256), k up to ``_MAX_SCREENED_K``, member hashes from a small pool (equal
