@@ -9,17 +9,25 @@ Comparisons are measured in the same run on the same machine: uhashring's ``get_
 timed alternately with the builds they are compared with. Times are the best of
 ``--repeat`` runs (the machine is shared and noisy); the build ratio is also given as the
 median over rounds of the per-round ratio.
+
+``--kernel`` chooses the screen of the full build (``rendezvous.kernel``): ``both`` (the
+default when numba is installed) times the compiled one (numba) and the numpy one side by
+side, alternating with the plain version; the other sections use ``auto``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
 
 import numpy as np
 
-from placement import PlacementTable
+from placement import PlacementTable, rendezvous
 from placement.hashing import fmix64_np, member_hash, partition_hashes
 
 
@@ -73,6 +81,49 @@ def table_memory(members: dict[str, float], partitions: int, replicas: int) -> t
     return arrays, peak, lookup_cache
 
 
+def build_with(kernel: str, members: dict[str, float], partitions: int, replicas: int) -> PlacementTable:
+    before, rendezvous.kernel = rendezvous.kernel, kernel
+    try:
+        return PlacementTable.build(members, partitions=partitions, replicas=replicas)
+    finally:
+        rendezvous.kernel = before
+
+
+_FIRST_CALL = """
+import time
+t0 = time.perf_counter()
+from placement import PlacementTable, rendezvous
+rendezvous.kernel = "numba"
+t1 = time.perf_counter()
+PlacementTable.build({"a": 1.0, "b": 2.0}, partitions=64)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def numba_first_call() -> None:
+    """Import of ``placement``, then the first compiled build in a new process: with an empty
+    numba cache (compiles) and again with the cache it wrote (loads)."""
+    print("\n## The compiled screen's first call (new process each; import numba + compile or load)\n")
+    print("| numba cache | import placement | first build with kernel=numba (tiny table) |")
+    print("|---|---|---|")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": os.pathsep.join(sys.path)}
+        for label in ("empty (compiles)", "written by the run above (loads)"):
+            out = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
+                                 check=True)
+            imp, first = map(float, out.stdout.split())
+            print(f"| {label} | {1000 * imp:.0f} ms | {1000 * first:.0f} ms |")
+
+
+def have_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 SECTIONS = ("build", "incremental", "balance", "lookups")
 
 
@@ -82,7 +133,12 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    ap.add_argument("--kernel", choices=("both", "numba", "numpy", "auto"), default="both" if have_numba() else "numpy",
+                    help="screen of the timed full builds (default: both when numba is installed, else numpy)")
     args = ap.parse_args()
+    if args.kernel in ("both", "numba") and not have_numba():
+        ap.error("--kernel numba needs numba (pip install -e '.[fast]')")
+    kernels = ("numba", "numpy") if args.kernel == "both" else (args.kernel,)
     P, N, R = args.partitions, args.members, args.repeat
     sections = set(args.sections.split(","))
     if not sections <= set(SECTIONS) or (sections & {"incremental", "lookups"} and "build" not in sections):
@@ -94,21 +150,42 @@ def main() -> None:
     print(f"# P = {P:,} partitions, N = {N:,} members, best of {R}\n")
     tables = {}
     if "build" in sections:
-        print("## Full build\n")
-        print("| membership | replicas | this library | plain numpy float HRW (replicas=1) | ratio this / plain: best-of; median of rounds | ns per (partition, member) pair |")
-        print("|---|---|---|---|---|---|")
+        print(f"## Full build (screen: {' and '.join(kernels)}; plain = plain numpy float HRW, replicas=1)\n")
+        head = ["membership", "replicas"] + [f"{k} screen" for k in kernels] + ["plain"]
+        head += [f"{k} / plain: best-of; median of rounds" for k in kernels]
+        if len(kernels) == 2:
+            head.append("numba / numpy: best-of; median of rounds")
+        head += [f"ns per pair ({k})" for k in kernels]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        if "numba" in kernels:  # import and load (or compile) first: measured on their own below
+            build_with("numba", {"a": 1.0}, 64, 1)
         for name, ms in (("equal weights", equal), ("weights 1/2/4", weighted), ("all weights distinct", distinct)):
-            times: dict[object, list[float]] = {"plain": [], 1: [], 3: []}
-            for _ in range(R):  # alternate, so both see the same machine
+            times: dict[object, list[float]] = {"plain": []}
+            for _ in range(R):  # alternate, so all see the same machine
                 times["plain"].append(best(lambda: plain_numpy_hrw(ms, P, 0), 1)[0])
-                for k in (1, 3):
-                    t, tables[(name, k)] = best(lambda: PlacementTable.build(ms, partitions=P, replicas=k), 1)
-                    times[k].append(t)
-            plain = min(times["plain"])
-            for k in (1, 3):
-                t = min(times[k])
-                rounds = np.median(np.array(times[k]) / np.array(times["plain"]))
-                print(f"| {name} | {k} | {1000 * t:.0f} ms | {1000 * plain:.0f} ms | {t / plain:.2f}x; {rounds:.2f}x | {1e9 * t / (P * N):.2f} |")
+                for r in (1, 3):
+                    for kernel in kernels:
+                        t, table = best(lambda: build_with(kernel, ms, P, r), 1)
+                        times.setdefault((kernel, r), []).append(t)
+                        if (name, r) in tables:
+                            assert table == tables[(name, r)], "the screens disagree"
+                        tables[(name, r)] = table
+            plain = np.array(times["plain"])
+
+            def ratio(a, b):
+                a, b = np.array(a), np.array(b)
+                return f"{a.min() / b.min():.2f}x; {np.median(a / b):.2f}x"
+
+            for r in (1, 3):
+                row = [name, str(r)] + [f"{1000 * min(times[(k, r)]):.0f} ms" for k in kernels]
+                row += [f"{1000 * plain.min():.0f} ms"] + [ratio(times[(k, r)], plain) for k in kernels]
+                if len(kernels) == 2:
+                    row.append(ratio(times[("numba", r)], times[("numpy", r)]))
+                row += [f"{1e9 * min(times[(k, r)]) / (P * N):.2f}" for k in kernels]
+                print("| " + " | ".join(row) + " |")
+        if "numba" in kernels:
+            numba_first_call()
         print("\n## Table memory (all weights distinct)\n")
         print("| replicas | arrays (idx int32, H and draw uint64 per slot) | peak traced during build | lookup cache (owner tuples, built on first lookup) |")
         print("|---|---|---|---|")

@@ -25,6 +25,9 @@ Two implementations share that definition:
   at N = 1,000 with k = 1, more for small N) the partition is re-ranked from a wider
   candidate set chosen with float64 logarithms, as is every partition when k is large.
   Floats only ever *exclude* members, with a proven margin; the decision stays integer.
+  The screen - the only part that touches every pair - has a compiled twin
+  (``screen_numba``, the optional ``fast`` extra) that computes the same figures in one
+  pass per row; ``kernel`` chooses between them.
 
 ``tests/test_rendezvous.py`` checks every path against ``rank_one`` with property tests.
 """
@@ -138,21 +141,33 @@ class Ranked:
 def _select(cand_idx: np.ndarray, cand_h: np.ndarray, cand_draw: np.ndarray, k: int) -> Ranked:
     """Order each row's candidates by (draw, -H, idx) and keep the first k.
 
-    A per-row argsort on draw alone is cheap; rows where two of the first k+1 draws are
-    equal (rare) are re-sorted with the full key.
+    Rows whose draws already ascend strictly need no sort: with distinct draws the order is
+    the draw order. The screen's rows almost all do (it lists candidates by q, which orders
+    nearly as the draw does), and a per-row argsort of a million short rows costs more than
+    the check. The rest get an argsort on draw; rows where two of the first k+1 draws are
+    equal (rare) are re-sorted with the full key. The result may share (and the sort may
+    write into) the arguments' memory: callers pass scratch they no longer need.
     """
-    order = np.argsort(cand_draw, axis=1, kind="stable")
-    sd = np.take_along_axis(cand_draw, order, axis=1)
-    if sd.shape[1] > 1:
-        span = min(k + 1, sd.shape[1])
-        for r in np.flatnonzero((sd[:, : span - 1] == sd[:, 1:span]).any(axis=1)).tolist():
-            order[r] = np.lexsort((cand_idx[r], ~cand_h[r], cand_draw[r]))
+    if cand_draw.shape[1] == k:
+        ranked = Ranked(cand_idx.astype(np.int32, copy=False), cand_h, cand_draw)
+    else:
+        ranked = Ranked(cand_idx[:, :k].astype(np.int32), cand_h[:, :k].copy(), cand_draw[:, :k].copy())
+    if cand_draw.shape[1] < 2:
+        return ranked
+    rows = np.flatnonzero((cand_draw[:, :-1] >= cand_draw[:, 1:]).any(axis=1))
+    if not len(rows):
+        return ranked
+    idx, h, draw = cand_idx[rows], cand_h[rows], cand_draw[rows]  # copies: ranked may share the rest
+    order = np.argsort(draw, axis=1, kind="stable")
+    sd = np.take_along_axis(draw, order, axis=1)
+    span = min(k + 1, sd.shape[1])
+    for r in np.flatnonzero((sd[:, : span - 1] == sd[:, 1:span]).any(axis=1)).tolist():
+        order[r] = np.lexsort((idx[r], ~h[r], draw[r]))
     top = order[:, :k]
-    return Ranked(
-        idx=np.take_along_axis(cand_idx, top, axis=1).astype(np.int32),
-        h=np.take_along_axis(cand_h, top, axis=1),
-        draw=np.take_along_axis(cand_draw, top, axis=1),
-    )
+    ranked.idx[rows] = np.take_along_axis(idx, top, axis=1)
+    ranked.h[rows] = np.take_along_axis(h, top, axis=1)
+    ranked.draw[rows] = np.take_along_axis(draw, top, axis=1)
+    return ranked
 
 
 def rank_many(partitions: np.ndarray, members: Members, seed: int, k: int) -> Ranked:
@@ -231,7 +246,16 @@ def _rank_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[Ranked, np.n
 
 
 def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the k members of smallest q = G/W and the (k+1)-th smallest q (float64).
+    """Per row, the k members of smallest q = G/W (ties: lower index first) and the (k+1)-th
+    smallest q (float64): compiled (``screen_numba``) where ``kernel`` allows, else numpy."""
+    fast = _numba_screen(len(hp) * len(members))
+    if fast is not None:
+        return fast.top_by_gap(premix_np(hp), premix_np(members.hashes), members.units, k)
+    return _top_by_gap_numpy(hp, members, k)
+
+
+def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_top_by_gap`` in numpy: the reference for the compiled screen, and its fallback.
 
     q is float32(G) * float32(1/W); with one weight for all it is G itself, kept as uint32
     (the same order, without a conversion pass). Blocks of rows keep the scratch matrices
@@ -273,6 +297,42 @@ def _top_by_gap(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, n
     if uniform:
         q_next /= float(members.units[0])
     return top, q_next
+
+
+# Which screen ``_top_by_gap`` runs: "numpy"; "numba" (``screen_numba``; ImportError without
+# numba); or "auto": numba when it is installed and the matrix has at least _NUMBA_MIN_PAIRS
+# pairs. Its first call in a process costs ~0.4-0.7 s (import, cache load: BENCHMARKS.md), so
+# it is loaded only where a numpy build takes a quarter second or more (65,536 x 1,024), and
+# small tables - tests, a node's start - never import it; once loaded, it also takes calls
+# from _NUMBA_LOADED_MIN_PAIRS on (a leave re-ranking 2,700 rows of 2,000 members: half the
+# CPU time of numpy).
+KERNELS: Final = ("auto", "numpy", "numba")
+kernel = "auto"
+_NUMBA_MIN_PAIRS: Final = 1 << 26
+_NUMBA_LOADED_MIN_PAIRS: Final = 1 << 20
+_numba_state = "unknown"  # "loaded" or "missing" after the first attempt
+
+
+def _numba_screen(pairs: int):
+    """The ``screen_numba`` module if this call should use it, else None."""
+    global _numba_state
+    if kernel == "numpy":
+        return None
+    if kernel == "auto":
+        least = _NUMBA_LOADED_MIN_PAIRS if _numba_state == "loaded" else _NUMBA_MIN_PAIRS
+        if pairs < least or _numba_state == "missing":
+            return None
+    elif kernel != "numba":
+        raise ValueError(f"rendezvous.kernel must be one of {KERNELS}, got {kernel!r}")
+    try:
+        from . import screen_numba
+    except ImportError:
+        if kernel == "numba":
+            raise
+        _numba_state = "missing"
+        return None
+    _numba_state = "loaded"
+    return screen_numba
 
 
 def _candidates_float_pruned(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -60,3 +60,16 @@ def spark_tmp(tmp_path):
     """A temporary directory for Spark outputs, removed even if Spark left read-only files behind."""
     yield tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=["numpy", "numba"])
+def both_kernels(request):
+    """Run a module's tests once per screen of ``rendezvous._top_by_gap``: numpy, and the compiled
+    one (``placement.screen_numba``, the ``fast`` extra) forced even for small tables."""
+    from placement import rendezvous
+
+    if request.param == "numba":
+        pytest.importorskip("numba", reason="numba not installed (pip install -e '.[fast]')")
+    before, rendezvous.kernel = rendezvous.kernel, request.param
+    yield request.param
+    rendezvous.kernel = before

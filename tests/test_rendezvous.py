@@ -9,6 +9,9 @@ from placement import hashing as H, rendezvous
 from placement.hashing import fmix64_np, partition_hashes
 from placement.rendezvous import Members, rank_many, rank_one, validate_members
 
+# Every test runs with both screens (numpy, numba): see conftest.both_kernels.
+pytestmark = pytest.mark.usefixtures("both_kernels")
+
 ids = st.text(alphabet="abcdefghijklmnop0123456789-é", min_size=1, max_size=8)
 few_weights = st.sampled_from([0.5, 1.0, 2.0, 3.0])
 any_weight = st.floats(min_value=0.001, max_value=1000.0)

@@ -5,7 +5,8 @@ start-up path fails here on any machine, however fast or busy.
 The deferred ones (``benchmarks/bench_startup.py`` measured them): httpx (~50 ms; only the
 ``members``/``owners``/``cluster``/``status`` commands and the first ``/v1/agreement`` use it),
 prometheus_client (~10 ms; the first ``/metrics``). Spark, pandas, pyarrow, matplotlib and the
-simulator itself were never loaded by a node; they stay that way.
+simulator itself were never loaded by a node; they stay that way. numba (the ``fast`` extra, ~0.3 s
+to import) loads only at a table build of 2**26 pairs or more (``rendezvous._numba_screen``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 # Optional or heavy packages no ``placement`` command imports to parse its flags, nor a node
 # to serve; simulations and spark_jobs contribute only their ``cli`` modules (the subcommands).
-_NEVER_AT_START = {"httpx", "prometheus_client", "pyspark", "pandas", "pyarrow", "matplotlib"}
+_NEVER_AT_START = {"httpx", "prometheus_client", "pyspark", "pandas", "pyarrow", "matplotlib", "numba", "llvmlite"}
 _SUBCOMMAND_ONLY = {"simulations": "simulations.cli", "spark_jobs": "spark_jobs.cli"}
 
 # Runs ``placement node`` for real (ephemeral ports) and reports sys.modules at the moment

@@ -12,6 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from placement import InvalidConfigError, NoOwnerError, PlacementTable, SnapshotError
 
+# Every test runs with both screens (numpy, numba): see conftest.both_kernels.
+pytestmark = pytest.mark.usefixtures("both_kernels")
+
 P = 4096
 
 
