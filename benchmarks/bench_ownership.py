@@ -54,14 +54,15 @@ def row(label: str, scenario: str, params: dict, nodes: int | None, duration: fl
     t0 = time.perf_counter()
     r = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim-exclusive", params=params)
     wall = time.perf_counter() - t0
-    h, tk, det = r["handoff_latency_s"], r["takeover_s"], r["detection_s"]
+    h, tk, det = r["handoff_latency_s"], r["takeover_exact_s"], r["detection_s"]
     swim = "-"
     if baseline:
         b = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim", params=params)
         swim = f"{b['dual_ownership_partition_s']:,.1f}"
     return (f"| {label} | {r['nodes']} | **{r['dual_owned_partition_s_exact']:g}** | {r['orphan_partition_s_exact']:,.0f} "
             f"| {_p(h)} / {_p(h, 'p99')} | {_p(tk)} / {_p(tk, 'p99')} | {_p(det)} / {_p(det, 'p99')} "
-            f"| {r['handoffs_timed_out']} | {r['epoch_regressions']} | {r['datagrams_per_member_s']:.1f} | {swim} "
+            f"| {r['unowned_at_end']} | {r['handoffs_timed_out']} | {r['epoch_regressions']} "
+            f"| {r['datagrams_per_member_s']:.1f} | {swim} "
             f"| {wall:.0f} s |")
 
 
@@ -129,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = [m for m in MATRIX if not args.only or m[0] in args.only or m[1] in args.only]
     print("| scenario | N | dual partition-s | orphan partition-s | handoff p50 / p99 s | takeover p50 / p99 s "
-          "| detection p50 / p99 s | handoffs timed out | epoch regressions | datagrams/member/s | `swim` dual "
-          "| wall |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| detection p50 / p99 s | unowned at the end | handoffs timed out | epoch regressions "
+          "| datagrams/member/s | `swim` dual | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     bad = 0
     for label, scenario, params in rows:
         line = row(label, scenario, params, args.nodes, args.duration, args.seed, not args.no_baseline)
