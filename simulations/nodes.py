@@ -162,7 +162,6 @@ class SwimNode(Node):
         self._table_version = -1  # the view version the table was computed from
         self._leads = _EMPTY
         self._timer_at: float | None = None
-        self._last_incarnation = -1
         self.joined = False
         self._send = partial(sim.send, self)
 
@@ -176,7 +175,6 @@ class SwimNode(Node):
         self.view = {self.node_id: self.weight}
         self._view_version += 1
         self._timer_at = None
-        self._last_incarnation = -1
         seeds = self._seeds()
         # A process claims partitions only once it has joined (heard from a member), as the
         # node's composition root does; alone, it would briefly claim every partition. The
@@ -292,6 +290,7 @@ class SwimNode(Node):
         """After every input: the shared drain (``membership.driver``), then the ownership core,
         the exit after a leave, and the timer (earliest of both cores, ``lag_s`` late)."""
         core, sim = self.core, self.sim
+        sim.touched.append(self)
         drain(core, self._send, self._event)
         own = self.own
         if own is not None:
@@ -361,6 +360,7 @@ class SwimNode(Node):
         if self._table_version != self._view_version:
             self._table = self.placement.table(self.view, self._table)
             self._table_version = self._view_version
+            self.sim.touched.append(self)  # a new table: the invariants compare it
             self._leads = np.asarray(self._table.owned_by(self.node_id, leader_only=True), dtype=np.int64)
         return self._leads
 
