@@ -90,10 +90,12 @@ class OneLeaderPerView:
 
     __name__ = "one leader per partition among equal views"
 
-    def __init__(self, max_views: int = 512) -> None:
+    def __init__(self, max_tables: int = 512) -> None:
         self._first: dict[str, tuple[Any, str]] = {}  # table checksum -> (table, node that held it)
+        #: id(table) -> (table, its member ids): tables already compared (most nodes share one).
+        self._checked: dict[int, tuple[Any, frozenset]] = {}
         self._held: dict[str, Any] = {}  # node_id -> the table checked last
-        self._max_views = max_views
+        self._max_tables = max_tables
 
     def __call__(self, sim) -> str | None:
         for node in _touched_once(sim):
@@ -101,34 +103,47 @@ class OneLeaderPerView:
             if table is None or self._held.get(node.node_id) is table:
                 continue
             self._held[node.node_id] = table
-            if getattr(node, "own", None) is None and node._table_version == node._view_version \
-                    and set(table.members) != set(node.view):
-                missing = sorted(set(node.view) ^ set(table.members))[:4]
-                return (f"{node.node_id} leads from a table of another view than its own "
-                        f"(members differing: {missing})")
-            first = self._first.get(table.checksum)
-            if first is None:
-                if len(self._first) >= self._max_views:
-                    self._first.clear()
-                self._first[table.checksum] = (table, node.node_id)
-                continue
-            ref, holder = first
-            if ref is table:
-                continue
-            ids, idx = table.owner_indices()
-            ref_ids, ref_idx = ref.owner_indices()
-            mine = np.asarray(ids, dtype=object)[idx[:, 0]] if idx.shape[1] else None
-            theirs = np.asarray(ref_ids, dtype=object)[ref_idx[:, 0]] if ref_idx.shape[1] else None
-            if mine is None or theirs is None:
-                if mine is None and theirs is None:
-                    continue
-                return f"{node.node_id} and {holder} hold tables of equal views, one with no owners"
-            differ = np.flatnonzero(mine != theirs)
-            if len(differ):
-                p = int(differ[0])
-                return (f"{node.node_id} and {holder} hold equal views but disagree on {len(differ)} "
-                        f"partition(s): partition {p} is led by {mine[p]} for {node.node_id}, "
-                        f"by {theirs[p]} for {holder}")
+            checked = self._checked.get(id(table))
+            if checked is None or checked[0] is not table:
+                what = self._compare(node.node_id, table)
+                if what is not None:
+                    return what
+                if len(self._checked) >= self._max_tables:
+                    self._checked.clear()
+                checked = self._checked[id(table)] = (table, frozenset(table.members))
+            if node.own is None and node._table_version == node._view_version:
+                ids, view = checked[1], node.view
+                if len(ids) != len(view) or not ids.issuperset(view):
+                    differ = sorted(ids.symmetric_difference(view))[:4]
+                    return (f"{node.node_id} leads from a table of another view than its own "
+                            f"(members differing: {differ})")
+        return None
+
+    def _compare(self, holder_id: str, table) -> str | None:
+        """Compare ``table`` with the first table seen for the same members and settings."""
+        first = self._first.get(table.checksum)
+        if first is None:
+            if len(self._first) >= self._max_tables:
+                self._first.clear()
+            self._first[table.checksum] = (table, holder_id)
+            return None
+        ref, holder = first
+        if ref is table:
+            return None
+        ids, idx = table.owner_indices()
+        ref_ids, ref_idx = ref.owner_indices()
+        if not idx.shape[1] or not ref_idx.shape[1]:
+            if idx.shape[1] == ref_idx.shape[1]:
+                return None
+            return f"{holder_id} and {holder} hold tables of equal views, one with no owners"
+        mine = np.asarray(ids, dtype=object)[idx[:, 0]]
+        theirs = np.asarray(ref_ids, dtype=object)[ref_idx[:, 0]]
+        differ = np.flatnonzero(mine != theirs)
+        if len(differ):
+            p = int(differ[0])
+            return (f"{holder_id} and {holder} hold equal views but disagree on {len(differ)} "
+                    f"partition(s): partition {p} is led by {mine[p]} for {holder_id}, "
+                    f"by {theirs[p]} for {holder}")
         return None
 
 
