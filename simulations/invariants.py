@@ -56,21 +56,29 @@ class SelfView:
     __name__ = "self view"
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[int, int]] = {}  # node_id -> (process number, incarnation)
+        #: node -> [its core, the incarnation last seen] (a new core: a new process).
+        self._last: dict[Any, list] = {}
 
     def __call__(self, sim) -> str | None:
-        for node in _touched_once(sim):
-            core = getattr(node, "core", None)
+        touched = sim.touched
+        if not touched:
+            return None
+        last = self._last
+        for node in touched if len(touched) == 1 else dict.fromkeys(touched):
+            core = node.core
             if core is None or not node.up:
                 continue
             status = core.status
             if status != "alive" and status != "left":
                 return f"{node.node_id} considers itself {status}"
             inc = core.incarnation
-            proc, last = self._last.get(node.node_id, (node.proc, -1))
-            if proc == node.proc and inc < last:
-                return f"{node.node_id}'s incarnation fell from {last} to {inc}"
-            self._last[node.node_id] = (node.proc, inc)
+            seen = last.get(node)
+            if seen is None or seen[0] is not core:
+                last[node] = [core, inc]
+            elif inc < seen[1]:
+                return f"{node.node_id}'s incarnation fell from {seen[1]} to {inc}"
+            else:
+                seen[1] = inc
         return None
 
 
@@ -94,15 +102,19 @@ class OneLeaderPerView:
         self._first: dict[str, tuple[Any, str]] = {}  # table checksum -> (table, node that held it)
         #: id(table) -> (table, its member ids): tables already compared (most nodes share one).
         self._checked: dict[int, tuple[Any, frozenset]] = {}
-        self._held: dict[str, Any] = {}  # node_id -> the table checked last
+        self._held: dict[Any, Any] = {}  # node -> the table checked last
         self._max_tables = max_tables
 
     def __call__(self, sim) -> str | None:
-        for node in _touched_once(sim):
+        touched = sim.touched
+        if not touched:
+            return None
+        held = self._held
+        for node in touched if len(touched) == 1 else dict.fromkeys(touched):
             table = getattr(node, "_table", None)
-            if table is None or self._held.get(node.node_id) is table:
+            if table is None or held.get(node) is table:
                 continue
-            self._held[node.node_id] = table
+            held[node] = table
             checked = self._checked.get(id(table))
             if checked is None or checked[0] is not table:
                 what = self._compare(node.node_id, table)
