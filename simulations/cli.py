@@ -74,7 +74,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--check-cores", action="store_true",
                    help="also check every touched membership core's indexes after every step "
-                        "(Swim.check_invariants; slower: x1.5 wall at 16 nodes, x6 at 64, see "
+                        "(Swim.check_invariants; slower: ~x1.5 at 16 nodes, x6 at 64, x16 at 256, "
                         "docs/simulations.md); the other invariants are always checked")
     p.set_defaults(func=cmd_simulate)
 
