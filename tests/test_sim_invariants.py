@@ -78,3 +78,12 @@ def test_a_second_owner_while_the_first_still_holds_its_lease_is_caught() -> Non
     msg = str(info.value)
     assert info.value.invariant == "no dual ownership" and "--seed 5" in msg
     assert f"partition {p} " in msg and "n000" in msg and "n001" in msg
+
+
+def test_the_membership_harness_checks_every_core_after_every_step() -> None:
+    from simulations.members import build_cluster
+
+    net = build_cluster(3, seed=6)
+    net.run_for(1.0)  # (checked all along: no violation)
+    with pytest.raises(InvariantViolation, match=r"'swim core indexes'.*--seed 6.*n1: .*[(]probe ring[)]"):
+        net.call("n1", lambda core, now: core._ring.reverse())  # white-box corruption
