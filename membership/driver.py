@@ -21,7 +21,7 @@ What stays in each driver, because the shapes differ:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .core import Swim
 from .messages import Addr, Event

@@ -93,7 +93,9 @@ class OneLeaderPerView:
     at its last check, the table is compared with the first table seen for the same members and
     settings (``PlacementTable.checksum``): the same object costs nothing, another one is
     compared partition by partition. A node placing from its own view (``own is None``) must
-    also hold the table *of* that view once it has computed one for it.
+    also hold the table *of* that view once it has computed one for it. (``SwimNode`` computes
+    that table lazily, when the metrics sample what it leads: the check runs then, since that
+    is when the node's claims exist.)
     """
 
     __name__ = "one leader per partition among equal views"

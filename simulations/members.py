@@ -22,9 +22,9 @@ every step, and after every direct action of a test, unless ``check_invariants=F
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from membership import MembershipConfig, MemberEvent, Meta, Swim
+from membership import MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
 from membership.messages import Addr, Event
 
@@ -40,7 +40,7 @@ class MemberNode(Node):
 
     has_view = True
 
-    def __init__(self, net: "MembershipSim", node_id: str, index: int, addr: Addr) -> None:
+    def __init__(self, net: MembershipSim, node_id: str, index: int, addr: Addr) -> None:
         super().__init__(net.sim, node_id, index, 1.0)
         self.net = net
         self.addr = addr

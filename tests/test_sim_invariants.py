@@ -39,7 +39,7 @@ def test_two_members_with_equal_views_but_different_leaders_are_caught() -> None
     cluster.run(2)  # every node computed its table (the sampler asked what it leads)
     node = cluster.nodes["n001"]
     real = node._table
-    ids, idx = real.owner_indices()
+    _, idx = real.owner_indices()
     # The same members and settings (so the same checksum), a different answer.
     forged = PlacementTable(real.config, real._units, real._members, None, np.roll(idx, 1, axis=0))
     assert forged.checksum == real.checksum and forged != real
