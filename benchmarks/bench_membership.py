@@ -1,9 +1,10 @@
 """Membership at N members, in-process: failure detection time, dissemination time, load.
 
-Runs N ``Swim`` cores on a fake clock over the in-memory network of tests/membership_sim.py
-(1 ms +- 0.5 ms latency, no loss), all with the default ``MembershipConfig`` unless
-``--no-lifeguard``. Simulated seconds, not wall-clock; the numbers measure the protocol, not
-Python's speed.
+Runs N ``Swim`` cores on the simulator's engine through ``simulations.members.MembershipSim``
+(1 ms + exponential jitter of mean 0.5 ms, no loss), all with the default ``MembershipConfig``
+unless ``--no-lifeguard``. Simulated seconds, not wall-clock; the numbers measure the protocol,
+not Python's speed. The cores' own per-step invariant checks (O(N) each) are off unless
+``--check-invariants``: at N=256 they would take most of the wall time.
 
     python benchmarks/bench_membership.py [--n 256] [--kills 8] [--updates 8] [--seed 1]
     python benchmarks/bench_membership.py --udp [--n 256]   # real sockets: CPU of N members
@@ -29,11 +30,10 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # the sim helper
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from membership import DEAD, MembershipConfig, MemberEvent, Meta  # noqa: E402
-from membership_sim import SimNetwork  # noqa: E402
+from simulations.members import MembershipSim  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-lifeguard", action="store_true")
     ap.add_argument("--udp", action="store_true")
+    ap.add_argument("--check-invariants", action="store_true", help="every core's own check after every step")
     ap.add_argument("--probe-interval-s", type=float, default=MembershipConfig.probe_interval_s)
     ap.add_argument("--probe-timeout-s", type=float, default=MembershipConfig.probe_timeout_s)
     args = ap.parse_args()
@@ -88,7 +89,7 @@ def main() -> None:
     cfg = MembershipConfig(lifeguard=not args.no_lifeguard, probe_interval_s=args.probe_interval_s,
                            probe_timeout_s=args.probe_timeout_s)
     rng = random.Random(args.seed)
-    net = SimNetwork(args.seed, config=cfg)
+    net = MembershipSim(args.seed, config=cfg, check_invariants=args.check_invariants)
     net.add("n0")
     for i in range(1, args.n):
         net.add(f"n{i}", seeds=["n0"])

@@ -52,12 +52,14 @@ def row(label: str, scenario: str, params: dict, nodes: int | None, duration: fl
         params = {**params, "to": n + n // 4 if scenario == "scale-out" else n - n // 4}
         label = f"{scenario} {n}->{params['to']}"
     t0 = time.perf_counter()
-    r = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim-exclusive", params=params)
+    r = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim-exclusive", params=params,
+                     check_cores=False)  # as `placement simulate`: wall times stay comparable
     wall = time.perf_counter() - t0
     h, tk, det = r["handoff_latency_s"], r["takeover_exact_s"], r["detection_s"]
     swim = "-"
     if baseline:
-        b = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim", params=params)
+        b = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim", params=params,
+                         check_cores=False)
         swim = f"{b['dual_ownership_partition_s']:,.1f}"
     return (f"| {label} | {r['nodes']} | **{r['dual_owned_partition_s_exact']:g}** | {r['orphan_partition_s_exact']:,.0f} "
             f"| {_p(h)} / {_p(h, 'p99')} | {_p(tk)} / {_p(tk, 'p99')} | {_p(det)} / {_p(det, 'p99')} "

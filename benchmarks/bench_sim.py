@@ -3,6 +3,7 @@
     python benchmarks/bench_sim.py [--nodes 256] [--hour 3600] [--stalls 600] [--seed 1] [--out out/goals] [--only NAME]
     python benchmarks/bench_sim.py --speed [--nodes 256] [--speed-s 300] [--repeat 3]
     python benchmarks/bench_sim.py --pool-seeds 8 [--seed 1]   # crash detection over 8 x 16 kills
+    python benchmarks/bench_sim.py --speed --check-cores ...   # the cost of the core index check
 
 Runs each goal scenario once (one process, one core), writes each run's metrics.json under
 --out, and prints the goals table recorded in docs/simulations.md. Long: the 1-hour loss run
@@ -62,7 +63,7 @@ def membership_build() -> str:
     return f"{'compiled with mypyc' if compiled else 'pure Python'}, from {pkg}"
 
 
-def speed(n: int, sim_s: float, repeat: int, seed: int) -> None:
+def speed(n: int, sim_s: float, repeat: int, seed: int, check_cores: bool = False) -> None:
     specs = {
         "steady": {"name": "steady"},
         "crash-many": {"name": "crash-many", "params": {"count": int(sim_s // 30), "every_s": 30.0}},
@@ -73,7 +74,7 @@ def speed(n: int, sim_s: float, repeat: int, seed: int) -> None:
         name = spec.pop("name")
         walls = []
         for _ in range(repeat):
-            r = run_scenario(name, nodes=n, duration_s=sim_s, seed=seed, **spec)
+            r = run_scenario(name, nodes=n, duration_s=sim_s, seed=seed, check_cores=check_cores, **spec)
             walls.append(r["wall_s"])
         best = min(walls)
         print(f"{key:<11} N={n} {sim_s:g} s simulated: wall {', '.join(f'{w:.1f}' for w in walls)} s; "
@@ -88,7 +89,7 @@ def pooled_detection(n: int, first_seed: int, seeds: int) -> None:
     name = spec.pop("name")
     samples: list[float] = []
     for seed in range(first_seed, first_seed + seeds):
-        r = run_scenario(name, seed=seed, **spec)
+        r = run_scenario(name, seed=seed, check_cores=False, **spec)
         samples += r["detection_samples_s"]
         print(f"seed {seed}: dead everywhere {r['detection_s']}, first suspicion {r['first_suspect_s']}, "
               f"false deaths {r['false_deaths']}, wall {r['wall_s']:.1f} s", flush=True)
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only the crash run, for seeds --seed .. --seed+K-1, detection pooled")
     ap.add_argument("--speed-s", type=float, default=300.0, help="simulated seconds per --speed run")
     ap.add_argument("--repeat", type=int, default=3, help="--speed: runs per scenario (best counts)")
+    ap.add_argument("--check-cores", action="store_true",
+                    help="also run every touched membership core's own invariant check after every step "
+                         "(as the tests do; off by default, as in `placement simulate`)")
     return ap
 
 
@@ -117,7 +121,7 @@ def main() -> int:
     args = build_parser().parse_args()
     print(f"membership core: {membership_build()}", flush=True)
     if args.speed:
-        speed(args.nodes, args.speed_s, args.repeat, args.seed)
+        speed(args.nodes, args.speed_s, args.repeat, args.seed, args.check_cores)
         return 0
     if args.pool_seeds:
         pooled_detection(args.nodes, args.seed, args.pool_seeds)
@@ -128,7 +132,7 @@ def main() -> int:
             continue
         spec = dict(spec)
         name = spec.pop("name")
-        r = run_scenario(name, seed=args.seed, progress=progress_bar(key), **spec)
+        r = run_scenario(name, seed=args.seed, progress=progress_bar(key), check_cores=args.check_cores, **spec)
         r.pop("series")
         with open(os.path.join(args.out, f"{key}.json"), "w", encoding="utf-8") as fh:
             json.dump(r, fh, indent=1)

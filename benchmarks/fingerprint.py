@@ -9,7 +9,9 @@ wall-clock fields. Save the hashes before a change and check them after it (issu
     PYTHONPATH=. .venv/bin/python benchmarks/fingerprint.py --check /tmp/fp-before.json
 
 The set takes about 30 s on the 2-core box. Any difference is printed per run, with the keys
-that differ, and makes the exit status 1.
+that differ, and makes the exit status 1. The per-step invariants (``simulations.invariants``)
+are on in every run; ``--check-cores`` adds the membership cores' own checks (slower), which
+must not change a fingerprint either.
 """
 from __future__ import annotations
 
@@ -77,6 +79,9 @@ def main() -> int:
     g.add_argument("--save", metavar="FILE", help="write the metrics of every run here")
     g.add_argument("--check", metavar="FILE", help="compare every run against a saved file")
     ap.add_argument("--only", nargs="*", help="run only these labels")
+    ap.add_argument("--check-cores", action="store_true",
+                    help="run with `--check-cores` (every membership core's own check after every step): "
+                         "the same fingerprints prove the checks change nothing")
     args = ap.parse_args()
     saved = json.load(open(args.check)) if args.check else {}
     results: dict[str, dict] = {}
@@ -85,7 +90,7 @@ def main() -> int:
         if args.only and label not in args.only:
             continue
         t0 = time.perf_counter()
-        results[label] = m = run_one(argv)
+        results[label] = m = run_one(argv + ["--check-cores"] if args.check_cores else argv)
         line = f"{label:22s} {digest(m)}  ({time.perf_counter() - t0:.1f} s)"
         if args.check:
             if label not in saved:

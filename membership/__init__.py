@@ -9,6 +9,7 @@ Layout (one concern per module, as in hashicorp/memberlist; sans-I/O as in aioqu
 ``suspicion``/``awareness``  Lifeguard suspicion timer and local health awareness
 ``queue``                    piggyback broadcast queue with retransmit limit
 ``aio``                      asyncio UDP driver: ``start_member(...) -> Member``
+``driver.drain``             the flush step every driver (asyncio, the simulator) runs after an input
 
 Core API (no I/O, no clock, injected RNG; the asyncio driver, the simulator and the tests all
 drive it the same way)::

@@ -2,7 +2,8 @@
 
 The driver owns the socket, the clock and the timers; the core owns the protocol. After every
 input (a datagram, a timer, an API call) the driver sends what the core queued, hands the core's
-events to subscribers, and re-arms a single ``loop.call_at(core.get_timer())``.
+events to subscribers (both through ``membership.driver.drain``, the step the simulator's node
+models share), and re-arms a single ``loop.call_at(core.get_timer())``.
 
 It also measures event-loop lag: a periodic callback compares when it was due with when it ran
 and reports the difference to ``core.report_loop_lag``, so a member whose own loop is starved
@@ -33,6 +34,7 @@ from typing import Callable, Iterable
 
 from .config import MembershipConfig
 from .core import Swim
+from .driver import drain
 from .messages import Addr, Event, JoinAttempt, MemberInfo, Meta
 from .seeds import DnsSeed, Resolver, SeedFinder
 
@@ -211,13 +213,7 @@ class Member(asyncio.DatagramProtocol):
 
     def _flush(self) -> None:
         assert self._transport is not None
-        for data, addr in self.core.datagrams_to_send():
-            self._transport.sendto(data, addr)
-        for event in self.core.events():
-            if isinstance(event, JoinAttempt) and self._finder is not None and self._resolving is None:
-                self._resolving = self._loop.create_task(self._resolve_seeds(0.0))
-            for sub in list(self._subscriptions):
-                sub._deliver(event)
+        drain(self.core, self._transport.sendto, self._on_event)
         if self.core.leave_broadcast_done:
             self._left.set()
         deadline = self.core.get_timer()
@@ -226,6 +222,12 @@ class Member(asyncio.DatagramProtocol):
                 self._timer.cancel()
             self._timer_at = deadline
             self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, JoinAttempt) and self._finder is not None and self._resolving is None:
+            self._resolving = self._loop.create_task(self._resolve_seeds(0.0))
+        for sub in list(self._subscriptions):
+            sub._deliver(event)
 
     async def _resolve_seeds(self, delay_s: float) -> None:
         """Resolve the DNS seeds again (after a failed join attempt, or after a delay while they

@@ -22,6 +22,7 @@ from membership import MembershipConfig
 from placement import PlacementTable
 from placement.exclusive import ExclusiveConfig
 
+from . import invariants
 from .engine import Network, Simulation
 from .metrics import Recorder
 from .nodes import Node, PlacementSettings, SwimNode
@@ -54,7 +55,12 @@ class SwimSystem:
     def attach(self, cluster: "Cluster") -> None:
         self.config = dataclasses.replace(self.config, cluster_settings=cluster.placement.fingerprint())
         cluster.sim.mtu_bytes = self.config.mtu_bytes
-        cluster.sim.invariants.append(_swim_self_view_invariant)
+        checks = cluster.sim.invariants
+        checks += [invariants.SelfView(), invariants.OneLeaderPerView()]
+        if self.exclusive is not None:
+            checks.append(invariants.NoDualOwnership(cluster))
+        if cluster.check_cores:  # O(members) per step: see docs/simulations.md, "Invariants"
+            checks.append(invariants.swim_core_indexes)
 
     def make_node(self, cluster: "Cluster", node_id: str, index: int, weight: float) -> Node:
         offset = 0.0
@@ -86,28 +92,16 @@ class SwimSystem:
         return owned == cluster.placement.partitions
 
 
-def _swim_self_view_invariant(sim: Simulation) -> str | None:
-    """The process that just ran never holds itself dead, and its incarnation never falls."""
-    node = sim.current
-    if node is None or not node.up or node.core is None:
-        return None
-    core = node.core
-    status = core.status
-    if status != "alive" and status != "left":
-        return f"{node.node_id} considers itself {status}"
-    inc = core.incarnation
-    if inc < node._last_incarnation:
-        return f"{node.node_id}'s incarnation fell from {node._last_incarnation} to {inc}"
-    node._last_incarnation = inc
-    return None
-
-
 class Cluster:
     """N nodes of one system on one simulated network, with fault actions and metrics."""
 
     def __init__(self, system, *, seed: int, partitions: int = 1024, replicas: int = 1,
-                 network: Network | None = None, sample_interval_s: float = 0.5) -> None:
+                 network: Network | None = None, sample_interval_s: float = 0.5,
+                 check_cores: bool = True) -> None:
         self.sim = Simulation(seed, network=network)
+        #: The system's invariants (``simulations.invariants``) are checked after every step;
+        #: this adds the costly one, every touched membership core's own index check.
+        self.check_cores = check_cores
         self.placement = PlacementSettings(partitions, replicas)
         self.system = system
         self.nodes: dict[str, Node] = {}

@@ -46,13 +46,13 @@ def _event(r: dict, kind: str) -> dict:
     return next((e for e in r["events"] if e["kind"] == kind), {})
 
 
-def main(out_dir: str | None = None, seed: int = 1, quiet: bool = False) -> int:
+def main(out_dir: str | None = None, seed: int = 1, quiet: bool = False, check_cores: bool = False) -> int:
     results: dict[str, dict[str, dict]] = {}
     for system in SYSTEMS:
         results[system] = {}
         for key, (name, duration, params) in RUNS.items():
             r = run_scenario(name, nodes=NODES, duration_s=duration, seed=seed, system=system,
-                             partitions=PARTITIONS, params=params)
+                             partitions=PARTITIONS, params=params, check_cores=check_cores)
             r.pop("series")
             results[system][key] = r
             if not quiet:

@@ -22,8 +22,12 @@ Nodes (``simulations.nodes``, ``simulations.leases``) are driven through the eng
   order, and the process is told how late its loop woke up.
 
 Invariants are functions ``f(sim) -> str | None`` checked after every step; a message is a
-violation and raises ``InvariantViolation`` naming the seed and time, so the failure is
-reproduced with ``placement simulate ... --seed K``.
+violation and raises ``InvariantViolation`` naming the invariant (the function's ``__name__``),
+the seed and the time, so the failure is reproduced with ``placement simulate ... --seed K``.
+They stay cheap by looking only at what the step changed: every node model appends itself to
+``sim.touched`` whenever its state changes (``simulations.invariants`` holds the checks of the
+SWIM node models). Checks read state and never draw randomness or schedule work, so a run is the
+same with or without them.
 """
 
 from __future__ import annotations
@@ -39,13 +43,16 @@ __all__ = ["InvariantViolation", "LinkModel", "Network", "Simulation"]
 
 
 class InvariantViolation(AssertionError):
-    """An invariant failed. The message names the seed and simulated time to reproduce it."""
+    """An invariant failed. The message names the invariant, the seed and the simulated time
+    (to reproduce it) and what was wrong (the checks name the nodes and partitions)."""
 
-    def __init__(self, seed: int, now: float, what: str) -> None:
-        super().__init__(f"invariant violated at t={now:.6f}s (reproduce with --seed {seed}): {what}")
+    def __init__(self, seed: int, now: float, what: str, invariant: str = "simulation") -> None:
+        super().__init__(f"invariant {invariant!r} violated at t={now:.6f}s "
+                         f"(reproduce with --seed {seed}): {what}")
         self.seed = seed
         self.now = now
         self.what = what
+        self.invariant = invariant
 
 
 @dataclass
@@ -108,9 +115,11 @@ class Simulation:
         self._heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._seq = itertools.count()
         self.steps = 0
-        #: The node whose process ran in the current step (None for network/scenario steps);
-        #: invariants look at it so checking after every step stays O(1).
+        #: The node whose process ran in the current step (None for network/scenario steps).
         self.current: Any = None
+        #: Nodes whose state changed since the invariants last ran (a node may appear twice);
+        #: invariants look only at these, so checking after every step stays cheap.
+        self.touched: list[Any] = []
         self.datagrams = 0
         self.datagram_bytes = 0
         self.max_datagram = 0
@@ -152,10 +161,11 @@ class Simulation:
         heap = self._heap
         pop = heapq.heappop
         invariants = self.invariants
+        touched = self.touched
         while heap and heap[0][0] <= t:
             when, _, fn, args = pop(heap)
             if when < self.now:
-                self.fail(f"time went backwards: event at {when} after {self.now}")
+                self.fail(f"time went backwards: event at {when} after {self.now}", "monotonic time")
             self.now = when
             self.current = None
             fn(*args)
@@ -163,11 +173,28 @@ class Simulation:
             for check in invariants:
                 what = check(self)
                 if what is not None:
-                    self.fail(what)
+                    self.fail(what, check)
+            if touched:
+                touched.clear()
         self.now = max(self.now, t)
 
-    def fail(self, what: str) -> None:
-        raise InvariantViolation(self.seed, self.now, what)
+    def check_invariants(self) -> None:
+        """Check the invariants now, as after a step: for changes made outside a step (a test
+        harness acting on a node directly)."""
+        for check in self.invariants:
+            what = check(self)
+            if what is not None:
+                self.fail(what, check)
+        self.touched.clear()
+
+    def fail(self, what: str, invariant: Any = None) -> None:
+        """Raise ``InvariantViolation``; ``invariant`` is the failed check (its ``__name__``
+        names it) or the name of one of the engine's own checks."""
+        if invariant is None or isinstance(invariant, str):
+            name = invariant or "simulation"
+        else:
+            name = getattr(invariant, "__name__", type(invariant).__name__)
+        raise InvariantViolation(self.seed, self.now, what, name)
 
     # ------------------------------------------------------------------ network
 
@@ -184,7 +211,7 @@ class Simulation:
         if size > self.max_datagram:
             self.max_datagram = size
             if size > self.mtu_bytes:
-                self.fail(f"{src.node_id} sent a {size}-byte datagram (mtu {self.mtu_bytes})")
+                self.fail(f"{src.node_id} sent a {size}-byte datagram (mtu {self.mtu_bytes})", "datagram within mtu")
         dst = self.by_addr.get(dst_addr)
         if self.on_send is not None:
             self.on_send(self, src, dst, size)

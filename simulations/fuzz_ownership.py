@@ -1,7 +1,9 @@
 """Random fault schedules for the exclusive-ownership rules: joins, graceful leaves, crashes,
 restarts, two-way and one-way network partitions, heals, freezes up to 21 s and packet loss up to
 10 %, in random order, on 8 nodes. Everything heals at 75 s. A schedule is a function of its
-seed, so a failure is reproduced with ``python -m simulations.fuzz_ownership --seed K``.
+seed, so a failure is reproduced with ``python -m simulations.fuzz_ownership --seed K``. Every
+invariant (``simulations.invariants``, the membership cores' own checks included) is checked
+after every step: a run that breaks one stops there with ``InvariantViolation``.
 
 Used by tests/test_exclusive.py and, for longer hunts, from the command line::
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from placement.quorum_lease import is_quorum
 
+from .engine import InvariantViolation
 from .scenarios import run_scenario
 
 __all__ = ["schedule", "run"]
@@ -92,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     bad = regressed = stuck = quorumless = 0
     for seed in seeds:
-        r = run(seed, duration_s=args.duration)
+        try:
+            r = run(seed, duration_s=args.duration)
+        except InvariantViolation as exc:
+            bad += 1
+            print(f"seed {seed}: {exc} schedule {schedule(seed)}", flush=True)
+            continue
         dual = r["dual_owned_partition_s_exact"]
         if r["unowned_at_end"]:
             lost = not r["quorum_at_end"]
@@ -108,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             bad += bool(dual)
             print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} schedule {r['schedule']}",
                   flush=True)
-    print(f"{bad} of {len(seeds)} seeds with dual ownership, {regressed} with epoch regressions, "
-          f"{stuck} with partitions unowned at the end despite a witness quorum, {quorumless} without one")
+    print(f"{bad} of {len(seeds)} seeds with dual ownership or another invariant violated, "
+          f"{regressed} with epoch regressions, {stuck} with partitions unowned at the end despite a "
+          f"witness quorum, {quorumless} without one")
     return 1 if bad else 0
 
 

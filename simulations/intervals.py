@@ -11,7 +11,7 @@ exactly, and fencing epochs are checked to rise with every acquisition of a part
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from placement.exclusive import Acquired, Ended, Release
 
@@ -62,9 +62,16 @@ class OwnershipLog:
         self.move_latencies: list[tuple[float, float]] = []  # (acquired at, since release began)
         self.timed_out = 0
         self.records = 0
+        #: Called as on_record(node, action) after each record (the dual-ownership invariant).
+        self.on_record: Callable[[int, Any], None] | None = None
 
     def record(self, node: int, action: Any, now: float) -> None:
         self.records += 1
+        self._record(node, action)
+        if self.on_record is not None:
+            self.on_record(node, action)
+
+    def _record(self, node: int, action: Any) -> None:
         p = action.partition
         if isinstance(action, Acquired):
             last = self.last_epoch.get(p, 0)

@@ -19,11 +19,13 @@ a fixed sampling interval, which keeps a 256-node hour cheap.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
 
 from membership import DeclaredDead, MembershipConfig, MemberEvent, Meta, Swim
+from membership.driver import drain
 from placement import PlacementTable
 from placement import handoff_wire
 from placement.exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
@@ -160,8 +162,8 @@ class SwimNode(Node):
         self._table_version = -1  # the view version the table was computed from
         self._leads = _EMPTY
         self._timer_at: float | None = None
-        self._last_incarnation = -1
         self.joined = False
+        self._send = partial(sim.send, self)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -173,7 +175,6 @@ class SwimNode(Node):
         self.view = {self.node_id: self.weight}
         self._view_version += 1
         self._timer_at = None
-        self._last_incarnation = -1
         seeds = self._seeds()
         # A process claims partitions only once it has joined (heard from a member), as the
         # node's composition root does; alone, it would briefly claim every partition. The
@@ -264,31 +265,34 @@ class SwimNode(Node):
             own.releases_done(done, self.sim.now)
             self._flush()
 
-    def _flush(self) -> None:
-        core, sim = self.core, self.sim
-        for data, dst in core.datagrams_to_send():
-            sim.send(self, data, dst)
+    def _event(self, ev) -> None:
+        """One event of the membership core: the placement view, the ownership core, metrics."""
         own = self.own
-        ev = core.next_event()
-        while ev is not None:
-            if isinstance(ev, DeclaredDead) and own is not None:
-                own.declared_dead(sim.now)
-            if isinstance(ev, MemberEvent):
-                m = ev.member
-                if own is not None and m.node_id != self.node_id:
-                    self._view_dirty = True
-                view = self.view
-                # Only a change of the live set or a weight is a new view (alive <-> suspect
-                # and incarnation bumps are not), so placement is not recomputed for nothing.
-                if m.status in ("alive", "suspect"):
-                    if view.get(m.node_id) != m.meta.weight:
-                        view[m.node_id] = m.meta.weight
-                        self._view_version += 1
-                elif view.pop(m.node_id, None) is not None:
+        if isinstance(ev, DeclaredDead) and own is not None:
+            own.declared_dead(self.sim.now)
+        if isinstance(ev, MemberEvent):
+            m = ev.member
+            if own is not None and m.node_id != self.node_id:
+                self._view_dirty = True
+            view = self.view
+            # Only a change of the live set or a weight is a new view (alive <-> suspect
+            # and incarnation bumps are not), so placement is not recomputed for nothing.
+            if m.status in ("alive", "suspect"):
+                if view.get(m.node_id) != m.meta.weight:
+                    view[m.node_id] = m.meta.weight
                     self._view_version += 1
-                self.joined = True
-                self._on_event(self, ev)
-            ev = core.next_event()
+            elif view.pop(m.node_id, None) is not None:
+                self._view_version += 1
+            self.joined = True
+            self._on_event(self, ev)
+
+    def _flush(self) -> None:
+        """After every input: the shared drain (``membership.driver``), then the ownership core,
+        the exit after a leave, and the timer (earliest of both cores, ``lag_s`` late)."""
+        core, sim = self.core, self.sim
+        sim.touched.append(self)
+        drain(core, self._send, self._event)
+        own = self.own
         if own is not None:
             self._drive_ownership(own)
             if self.core is None:
@@ -356,6 +360,7 @@ class SwimNode(Node):
         if self._table_version != self._view_version:
             self._table = self.placement.table(self.view, self._table)
             self._table_version = self._view_version
+            self.sim.touched.append(self)  # a new table: the invariants compare it
             self._leads = np.asarray(self._table.owned_by(self.node_id, leader_only=True), dtype=np.int64)
         return self._leads
 

@@ -228,8 +228,13 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  latency_s: float = 0.0005, jitter_s: float = 0.0005, clock_skew_s: float = 0.0,
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
-                 before_run: Callable[[Cluster], None] | None = None) -> dict[str, Any]:
-    """Build a cluster, settle it, apply scenario ``name`` and return its metrics."""
+                 before_run: Callable[[Cluster], None] | None = None,
+                 check_cores: bool = True) -> dict[str, Any]:
+    """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
+
+    The system's invariants (``simulations.invariants``) are checked after every step and a
+    violation raises ``InvariantViolation``; ``check_cores`` (the default: tests, the fuzzer)
+    includes every touched membership core's own index check, O(members) per step."""
     try:
         sc = SCENARIOS[name]
     except KeyError:
@@ -251,7 +256,7 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
         kwargs["loss"] = loss
     network = Network(LinkModel(latency_s, jitter_s, 0.0))
     cluster = Cluster(sys_, seed=seed, partitions=partitions, replicas=replicas, network=network,
-                      sample_interval_s=sample_interval_s)
+                      sample_interval_s=sample_interval_s, check_cores=check_cores)
     cluster.bootstrap(nodes)
     if loss is not None and "loss" not in kwargs:
         cluster.sim.network.default.loss = loss

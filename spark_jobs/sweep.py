@@ -88,7 +88,8 @@ def run_point(point: Mapping[str, Any]) -> dict[str, Any]:
     try:
         row = flatten(run_scenario(point["scenario"], nodes=point["nodes"], duration_s=point["duration_s"],
                                    seed=point["seed"], system=point["system"], loss=point["loss"],
-                                   partitions=point["partitions"]))
+                                   partitions=point["partitions"],
+                                   check_cores=False))  # as `placement simulate` (docs/simulations.md)
         row["error"] = None
     except Exception as exc:  # noqa: BLE001 - one bad grid point must not sink the sweep
         row = {**point, "error": f"{type(exc).__name__}: {exc}"}

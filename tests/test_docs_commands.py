@@ -147,6 +147,12 @@ def check_split_loss(out: str, home: Path) -> None:
     assert rows["run"].endswith("(split_s=30, fraction=0.5)") and rows["network"].startswith("loss 2.0%"), rows
 
 
+def check_split_cores(out: str, home: Path) -> None:
+    """Every invariant, every core's own check included, held after every step: a violation
+    would have ended the run with an error instead of the summary."""
+    simulate_summary(out, "split on swim, 16 nodes")
+
+
 def documented_table(path: Path, header_start: str) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
@@ -174,6 +180,7 @@ FAST: dict[str, Callable[[str, Path], None]] = {
     "placement simulate crash-one --system eventhubs --partitions 256": check_eventhubs,
     "placement simulate split --param split_s=30 --loss 0.02": check_split_loss,
     "placement simulate compare --out out/compare": check_compare,
+    "placement simulate split --check-cores": check_split_cores,
 }
 
 #: Run by the tests against ``make run``'s cluster (below), in this order.
@@ -258,6 +265,8 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_sim.py --speed": _BENCH,
     "python benchmarks/bench_sim.py --speed --repeat 2": _BENCH,
     "python benchmarks/bench_sim.py --only loss5": _BENCH,
+    "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2": _BENCH,
+    "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2 --check-cores": _BENCH,
     "python benchmarks/bench_sim.py --only crash --only split": _BENCH,
     "docker build -t REGISTRY/placement-service:0.1.0 .": "no Docker engine here (tests/test_compose.py checks "
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
@@ -324,7 +333,7 @@ def test_commands_not_run_here_still_parse():
             words = shlex.split(command)
             bench.parse_args(words[words.index("benchmarks/bench_sim.py") + 1:])
             parsed += 1
-    assert parsed == 15  # 7 placement commands, 2 spark-submit jobs, 6 bench_sim runs
+    assert parsed == 17  # 7 placement commands, 2 spark-submit jobs, 8 bench_sim runs
 
 
 def test_the_image_name_is_the_one_kustomize_sets():

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from membership import MembershipConfig, Meta
-from membership_sim import build_cluster
+from simulations.members import build_cluster
 
 NODES = [f"n{i}" for i in range(5)]
 CONFIG = MembershipConfig(dead_retry_interval_s=5.0)

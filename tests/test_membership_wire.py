@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from membership import MembershipConfig, Meta, Swim
 from membership.messages import Ack, Alive, Dead, Nack, Ping, PingReq, PushPull, Refuse, Suspect
 from membership.wire import Codec, Drop, Keyring, ReplayFilter, encode_notice
-from membership_sim import SimNetwork, build_cluster, decode, forge
+from simulations.datagrams import decode, forge
+from simulations.members import MembershipSim, build_cluster
 
 KEY1, KEY2, KEY3 = b"1" * 32, b"2" * 16, b"3" * 24
 
@@ -285,7 +286,7 @@ def test_key_rotation_without_downtime():
 
 def test_every_sent_datagram_decodes_under_the_cluster_config():
     cfg = MembershipConfig(keys=(KEY3,))
-    net = SimNetwork(32, config=cfg)
+    net = MembershipSim(32, config=cfg)
     bad = []
 
     def check(now, src, dst, data):

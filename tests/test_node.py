@@ -195,7 +195,7 @@ def test_async_client_routes_locally_and_retries_once_after_421():
 
 def test_node_declared_dead_releases_everything_then_reacquires_after_holddown():
     from membership.messages import Dead
-    from membership_sim import forge
+    from simulations.datagrams import forge
 
     async def main():
         log = []
