@@ -240,6 +240,9 @@ class _Waiting:
     #: The stable view whose table named ``holder`` as the leader (-1: unknown). Rule 4's fast
     #: takeover needs the view just before the current one.
     basis: int = -1
+    #: The highest epoch reserve the witnesses granted ``holder`` (rule 8), while condemning it:
+    #: passed on with the entry, so whoever takes the partition starts above it.
+    floor: int = 0
     asked: float = -math.inf
     asked_who: str = ""
 
@@ -395,6 +398,9 @@ class Ownership:
             self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
             w = self.waiting.get(msg.partition)
             if w is not None and (w.holder == src or w.asked_who == src):
+                # Epochs the sender knew of (its own, or the reserve of the holder it condemned)
+                self.known_epoch[msg.partition] = max(self.known_epoch.get(msg.partition, 0), msg.epoch)
+                self.epoch_clock = max(self.epoch_clock, msg.epoch)
                 if msg.holder == self.me:
                     # It never took it from us (or never had it): nobody holds it.
                     w.holder, w.cleared = self.me, True
@@ -672,7 +678,7 @@ class Ownership:
             return
         if w.holder != self.me:
             self.counters.redirects += 1
-            self._send(lead, Redirect(p, w.holder, self.known_epoch.get(p, 0)))
+            self._send(lead, Redirect(p, w.holder, max(self.known_epoch.get(p, 0), w.floor)))
         else:
             # This member was the last holder and stopped without a note: a note re-creates the
             # right to p, so it goes out only when a take-back would be allowed (rules 5, 9).
@@ -783,6 +789,7 @@ class Ownership:
                 if since is None:
                     since = self._outside.setdefault(w.holder, now)
                 lease.condemn(w.holder, now)
+                w.floor = max(w.floor, lease.epoch_floor(w.holder))
                 free = lease.free_at(w.holder) if create else None
                 if free is None and self._fast_takeover(w, now):
                     # Proven by the witnesses of the view the holder led it in: theirs granted

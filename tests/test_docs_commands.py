@@ -210,7 +210,7 @@ _STANDALONE = ("tests/test_spark_standalone.py::test_output_mode_on_executors_py
 #: Covered by these tests (which run the same code path, or the same program with other sizes).
 COVERED: dict[str, tuple[str, ...]] = {
     "python -m simulations.fuzz_ownership --seeds 0:40":
-        ("tests/test_exclusive.py::test_random_fault_schedules_never_give_two_owners",),
+        ("tests/test_exclusive.py::test_random_fault_schedules_never_give_two_owners_and_end_with_every_partition_owned",),
     "PYTHONPATH=build/mypyc placement simulate loss --nodes 256 --duration 3600":
         ("tests/test_sim_engine.py::test_every_scenario_runs_small",),  # (the loss scenario, small)
     "placement spark-route --input items.csv --key-column key --members members.json --output out/by-owner":
