@@ -46,13 +46,18 @@ MAX_WAIT_S = 60.0
 
 
 class NodeLike(Protocol):
-    """What the API needs from a node (``placement.service.node.Node`` provides it)."""
+    """What the API needs from a node (``placement.service.node.Node`` provides it: mypy checks
+    that in ``node.py``). Read-only properties, because the API only reads them: a node may
+    compute them (``Node.node_id`` does) or keep them as plain attributes."""
 
-    node_id: str
-    placement_changes: int
-    callback_errors: int
-    events: EventLog
-
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def placement_changes(self) -> int: ...
+    @property
+    def callback_errors(self) -> int: ...
+    @property
+    def events(self) -> EventLog: ...
     @property
     def snapshot(self) -> PlacementSnapshot: ...
     @property
