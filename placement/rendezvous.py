@@ -41,14 +41,14 @@ import numpy as np
 
 from .errors import InvalidMembershipError
 from .hashing import (
+    fmix64_np,
     member_hash,
     neg_log2_fp,
     neg_log2_fp_np,
+    pair_gaps_np,
     pair_hash,
     partition_hash,
     partition_hashes,
-    fmix64_np,
-    pair_gaps_np,
     premix_np,
 )
 
@@ -108,7 +108,7 @@ class Members:
     units: np.ndarray  # int64, weight units (> 0)
 
     @classmethod
-    def build(cls, weights: dict[str, int], seed: int) -> "Members":
+    def build(cls, weights: dict[str, int], seed: int) -> Members:
         ids = tuple(sorted(m for m, u in weights.items() if u > 0))
         hashes = np.array([member_hash(m, seed) for m in ids], dtype=np.uint64)
         units = np.array([weights[m] for m in ids], dtype=np.int64)

@@ -122,7 +122,8 @@ class Deliverer:
             item.reroutes += 1
             self.stats.rerouted += 1
             if item.reroutes > self.options.max_reroutes:
-                self._done(item, self._owner(item.key), FAILED, f"re-routed more than {self.options.max_reroutes} times")
+                why = f"re-routed more than {self.options.max_reroutes} times"
+                self._done(item, self._owner(item.key), FAILED, why)
             else:
                 self.add(item)
 

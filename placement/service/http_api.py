@@ -33,10 +33,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from membership import MemberInfo
 
-from .console.events import EventLog
-from .console.routes import add_console_routes
 from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
+from .console.events import EventLog
+from .console.routes import add_console_routes
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
@@ -465,7 +465,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {
-        "description": "Prometheus text exposition format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}}})
+        "description": "Prometheus text exposition format 0.0.4",
+        "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         return Response(collector.exposition(), media_type="text/plain; version=0.0.4")
 

@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from membership.seeds import DnsSeed
+
 from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
 from ..exclusive import ExclusiveConfig
-from membership.seeds import DnsSeed
-
 from .node import Node, NodeConfig, read_key_file
 from .workers import PartitionProcessor, PartitionWorkers
 
@@ -259,8 +259,8 @@ async def _report(node: Node) -> None:
                 if m.node_id != node.node_id:
                     _say(node.node_id, f"member {m.node_id} is {m.status}")
         paused = f" - paused: {node.paused}" if node.paused else ""
-        _say(node.node_id, f"owns {len(owned)} partitions "
-                           f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}{paused}")
+        _say(node.node_id, f"owns {len(owned)} partitions (+{len(change.acquired)} -{len(change.released)}) "
+                           f"placement {change.checksum[:12]}{paused}")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
