@@ -379,7 +379,8 @@ class Ownership:
                                                        and (o.msg.partition, o.msg.epoch) in acked)]
         self._update()
 
-    def _receive(self, src: str, msg: Message, now: float) -> None:
+    def _receive(self, src: str, msg: Note | Redirect | Query | Census | Disown | LeaseMessage, now: float) -> None:
+        """One message other than a ``NoteAck`` (``receive_many`` takes those in one pass)."""
         if isinstance(msg, Note):
             if msg.view < self.lease.num:
                 # Sent under an older stable view: it may have been in flight while the right to

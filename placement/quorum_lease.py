@@ -317,7 +317,7 @@ class QuorumLease:
         if now >= self._next_round:
             self._next_round = now + self.renew_s
             targets = self.witnesses or witnesses_of(self._view, self.k)
-            ask = set()
+            ask: set[str] = set()
             for g, seen in self._pending.items():  # after a drop, also ask the witnesses of the dropped lease
                 ask |= self._last_quorum[g] - seen
             if ask:

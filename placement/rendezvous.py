@@ -273,7 +273,7 @@ def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndar
     block = max(1, _BLOCK_ELEMS // n)
     x = np.empty((min(block, rows), n), dtype=np.uint64)
     tmp = np.empty_like(x)
-    q = np.empty(x.shape, dtype=np.uint32 if uniform else np.float32)
+    q: np.ndarray = np.empty(x.shape, dtype=np.uint32 if uniform else np.float32)  # dtype chosen at run time
     top = np.empty((rows, k), dtype=np.int32)
     q_next = np.full(rows, np.inf)
     for start in range(0, rows, block):

@@ -37,7 +37,8 @@ import numpy as np
 if "NUMBA_THREADING_LAYER" not in os.environ:
     import numba
 
-    numba.config.THREADING_LAYER = "forksafe"
+    # numba.config creates its settings at import, from the environment: mypy sees none of them.
+    numba.config.THREADING_LAYER = "forksafe"  # type: ignore[attr-defined]
 
 from numba import njit, prange
 

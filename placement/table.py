@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache
@@ -168,7 +168,7 @@ class PlacementTable:
         return tuple(tuple(ids[i] for i in row) for row in self._owner_idx.tolist())
 
     @cached_property
-    def lookup(self):
+    def lookup(self) -> Callable[[str | bytes], tuple[str, ...]]:
         """``lookup(key)`` -> owners of the key's partition, leader first.
 
         Built once per table as a closure over locals: the per-key hot path is one

@@ -68,7 +68,8 @@ class DeliveryStats:
     retries: int = 0  # POSTs repeated after an error
     rerouted: int = 0  # item re-routings (after a 421 or an owner change)
     refreshes: int = 0
-    outcomes: list[tuple[int, str, str, str, int, int, str | None]] = field(default_factory=list)
+    # (id, key, owner, status, attempts, reroutes, error); key and owner None: a null key (route.py).
+    outcomes: list[tuple[int, str | None, str | None, str, int, int, str | None]] = field(default_factory=list)
 
 
 class Deliverer:
@@ -129,7 +130,8 @@ class Deliverer:
 
     def _still_owned(self, owner: str, items: list[Item]) -> list[Item]:
         """Items ``owner`` still leads under the current snapshot; the others are re-routed."""
-        keep, moved = [], []
+        keep: list[Item] = []
+        moved: list[Item] = []
         for item in items:
             (keep if self._owner(item.key) == owner else moved).append(item)
         if moved:

@@ -43,6 +43,8 @@ PROBLEM = "application/problem+json"
 MAX_ROUTE_KEYS = 1_000_000
 MAX_ROUTE_BODY_BYTES = 64 * 1024 * 1024
 MAX_WAIT_S = 60.0
+#: OpenAPI responses of a route by status, as FastAPI's ``responses=`` takes them.
+Responses = dict[int | str, dict[str, Any]]
 
 
 class NodeLike(Protocol):
@@ -111,7 +113,9 @@ MemberPair = Annotated[tuple[str, float], WithJsonSchema({
 })]
 
 
-class PlacementOut(BaseModel):
+class _PlacementFields(BaseModel):
+    """What both forms of ``GET /v1/placement`` hold besides the owner table."""
+
     format: str
     checksum: str = Field(description="identity of the placement (members, weights, settings)")
     etag: str = Field(description="identity of the snapshot (placement and addresses)")
@@ -122,10 +126,13 @@ class PlacementOut(BaseModel):
     members: list[MemberPair] = Field(description="[id, weight] sorted by id")
     addresses: dict[str, str] = Field(description="member id -> base URL")
     owners_width: int
+
+
+class PlacementOut(_PlacementFields):
     owners: list[list[int]] = Field(description="per partition, indices into members, leader first")
 
 
-class PlacementMsgpackOut(PlacementOut):
+class PlacementMsgpackOut(_PlacementFields):
     """The msgpack form: as the JSON one, with the owner table packed in one bin value."""
 
     owners: bytes = Field(description="owners_width little-endian int32 member indices per partition (msgpack bin)")
@@ -204,13 +211,13 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
-def _problems(*statuses: int) -> dict[int, dict[str, Any]]:
+def _problems(*statuses: int) -> Responses:
     """OpenAPI responses for the error statuses a route answers with: problem bodies."""
     return {status: {"description": HTTPStatus(status).phrase, "content": {PROBLEM: {"schema": _ref(Problem)}}}
             for status in statuses}
 
 
-def _msgpack_too(schema: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def _msgpack_too(schema: dict[str, Any]) -> Responses:
     """The msgpack alternative of a 200 response, chosen with ``Accept: application/msgpack``."""
     return {200: {"content": {MSGPACK: {"schema": schema}}}}
 
@@ -285,17 +292,17 @@ class _NodeCollector:
                                   value=self.node.placement_changes)
         yield GaugeMetricFamily("placement_partitions_owned", "Partitions this node leads",
                                 value=len(self.node.owned_partitions()))
-        status = self.node.ownership_status()
-        if status["mode"] == "exclusive":
-            for name, value in sorted(status["counters"].items()):
+        ownership = self.node.ownership_status()
+        if ownership["mode"] == "exclusive":
+            for name, value in sorted(ownership["counters"].items()):
                 yield CounterMetricFamily(f"placement_ownership_{name}", f"Exclusive ownership counter {name}",
                                           value=value)
             yield CounterMetricFamily("placement_handoff_dropped_datagrams", "Handoff datagrams dropped (malformed, "
-                                      "another cluster, not sealed with our keys)", value=status["dropped"])
+                                      "another cluster, not sealed with our keys)", value=ownership["dropped"])
             yield GaugeMetricFamily("placement_ownership_lease_valid_seconds", "Seconds the quorum lease still runs",
-                                    value=status["lease_valid_for_s"])
+                                    value=ownership["lease_valid_for_s"])
             yield GaugeMetricFamily("placement_ownership_paused", "1 while this node may own nothing",
-                                    value=1 if status["fenced"] else 0)
+                                    value=1 if ownership["fenced"] else 0)
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)

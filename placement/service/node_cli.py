@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -176,12 +176,18 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
     else:
         app = create_app(node, config.admin_token, on_leave=done.set)
-    server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
-    # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
-    # serve() whatever install_signal_handlers says, stops serving at once and raises the
-    # signal again afterwards: the node then saw its HTTP server gone and stopped abruptly.)
-    server.install_signal_handlers = lambda: None
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handling: we handle signals (leave first, then
+        stop). uvicorn >= 0.29 captures SIGINT/SIGTERM in serve(), stops serving at once and
+        raises the signal again afterwards: the node then saw its HTTP server gone and stopped
+        abruptly."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)

@@ -90,7 +90,7 @@ def _sse(event: Any) -> str:
     return f"id: {event.seq}\ndata: {json.dumps(event.to_dict(), separators=(',', ':'))}\n\n"
 
 
-def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, Any]]) -> None:
+def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[str, Any]]) -> None:
     """Add the console routes to ``app``; ``problems`` documents the 422 problem response."""
     ui = resources.files(__package__) / "ui"
     map_cache: dict[str, bytes] = {}  # etag -> payload: built once per snapshot
