@@ -4,7 +4,8 @@ Theory of operation. Every operation of the client is a *plan*: a generator that
 next step - a ``Call`` (one HTTP request to make) or a ``Pause`` (seconds to wait) - and is
 told what happened: it is sent the ``httpx.Response`` a call got (None after a pause), or has
 the ``httpx.HTTPError`` that stopped the call thrown in (``generator.throw``). What a plan
-returns is the operation's result; what it raises is the operation's error. The sync and async
+returns is the operation's result; what it raises is the operation's error. ``advance`` is one
+such exchange, the whole of what a shell does besides the I/O itself. The sync and async
 clients (``placement.client.sync``, ``placement.client.aio``) only carry the steps out, so both
 make the same requests in the same order for the same answers, and a test can drive a plan
 with scripted answers and no network (the shape of h11 and aioquic: the protocol knows what to
