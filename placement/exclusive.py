@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from .quorum_lease import Install, LeaseMessage, QuorumLease, is_quorum, witnesses_of
 from .table import PlacementTable
@@ -162,7 +162,7 @@ class Ended:
     timed_out: bool = False
 
 
-Action = Union[Acquired, Release, Ended]
+Action = Acquired | Release | Ended
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ class Disown:
     epochs: tuple[int, ...]
 
 
-Message = Union[Note, NoteAck, Redirect, Query, Census, Disown, LeaseMessage]
+Message = Note | NoteAck | Redirect | Query | Census | Disown | LeaseMessage
 
 #: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
 CENSUS_BATCH = 2048
@@ -382,7 +382,8 @@ class Ownership:
                                                        and (o.msg.partition, o.msg.epoch) in acked)]
         self._update()
 
-    def _receive(self, src: str, msg: Message, now: float) -> None:
+    def _receive(self, src: str, msg: Note | Redirect | Query | Census | Disown | LeaseMessage, now: float) -> None:
+        """One message other than a ``NoteAck`` (``receive_many`` takes those in one pass)."""
         if isinstance(msg, Note):
             if msg.view < self.lease.num:
                 # Sent under an older stable view: it may have been in flight while the right to
@@ -900,7 +901,8 @@ class Ownership:
         previous process that is in fact still alive is stopped by the same condemnation."""
         if self._restarted and (self.owned or self.counters.acquired):
             self._restarted = False  # notes came: an ordinary join, not a process nobody hands to
-        if not self._restarted or now < self._restart_seen_at + self.config.handoff_timeout_s + 2 * self.config.resend_s:
+        quiet_until = self._restart_seen_at + self.config.handoff_timeout_s + 2 * self.config.resend_s
+        if not self._restarted or now < quiet_until:
             return False  # a member draining a partition to us (we may have been re-added) ends first
         lease = self.lease
         lease.condemn(self.me, now)

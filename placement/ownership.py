@@ -25,7 +25,7 @@ class OwnershipChange:
     def __bool__(self) -> bool:
         return bool(self.acquired or self.released)
 
-    def then(self, later: "OwnershipChange") -> "OwnershipChange":
+    def then(self, later: OwnershipChange) -> OwnershipChange:
         """The net change of ``self`` followed by ``later``: from S0 via S1 to S2, where
         S1 = S0 - R1 + A1 and S2 = S1 - R2 + A2, S2 - S0 = (A1 - R2) | (A2 - R1) and
         S0 - S2 = (R1 - A2) | (R2 - A1). A reader that falls behind gets one merged change,

@@ -69,10 +69,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
-from .stable_views import (Accept, Accepted, Decided, Prepare, Promise, StableViews, View, ViewMessage, is_quorum,
-                           witnesses_of)
+from .stable_views import (
+    Accept,
+    Accepted,
+    Decided,
+    Prepare,
+    Promise,
+    StableViews,
+    View,
+    ViewMessage,
+    is_quorum,
+    witnesses_of,
+)
 
 __all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
            "witnesses_of", "is_quorum"]
@@ -123,7 +132,7 @@ class CondemnReply:
     reserve: int = 0  # highest epoch reserve the witness granted the subject
 
 
-LeaseMessage = Union[LeaseReq, LeaseReply, Condemn, CondemnReply, ViewMessage]
+LeaseMessage = LeaseReq | LeaseReply | Condemn | CondemnReply | ViewMessage
 
 
 @dataclass(frozen=True)
@@ -263,7 +272,7 @@ class QuorumLease:
         self.previous = (old.ck, witnesses_of(old.members, self.k)) if stepped else None
         self._condemning_prev.clear()
         self.learned_at = now
-        self._past = (self._past + [old.ck])[-16:]
+        self._past = [*self._past, old.ck][-16:]
         self._rounds.clear()  # grants under the old view no longer count
         # A lease under the new view at once, not at the next renewal: creation (a takeover)
         # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
@@ -308,7 +317,7 @@ class QuorumLease:
         if now >= self._next_round:
             self._next_round = now + self.renew_s
             targets = self.witnesses or witnesses_of(self._view, self.k)
-            ask = set()
+            ask: set[str] = set()
             for g, seen in self._pending.items():  # after a drop, also ask the witnesses of the dropped lease
                 ask |= self._last_quorum[g] - seen
             if ask:

@@ -41,14 +41,14 @@ import numpy as np
 
 from .errors import InvalidMembershipError
 from .hashing import (
+    fmix64_np,
     member_hash,
     neg_log2_fp,
     neg_log2_fp_np,
+    pair_gaps_np,
     pair_hash,
     partition_hash,
     partition_hashes,
-    fmix64_np,
-    pair_gaps_np,
     premix_np,
 )
 
@@ -108,7 +108,7 @@ class Members:
     units: np.ndarray  # int64, weight units (> 0)
 
     @classmethod
-    def build(cls, weights: dict[str, int], seed: int) -> "Members":
+    def build(cls, weights: dict[str, int], seed: int) -> Members:
         ids = tuple(sorted(m for m, u in weights.items() if u > 0))
         hashes = np.array([member_hash(m, seed) for m in ids], dtype=np.uint64)
         units = np.array([weights[m] for m in ids], dtype=np.int64)
@@ -273,7 +273,7 @@ def _top_by_gap_numpy(hp: np.ndarray, members: Members, k: int) -> tuple[np.ndar
     block = max(1, _BLOCK_ELEMS // n)
     x = np.empty((min(block, rows), n), dtype=np.uint64)
     tmp = np.empty_like(x)
-    q = np.empty(x.shape, dtype=np.uint32 if uniform else np.float32)
+    q: np.ndarray = np.empty(x.shape, dtype=np.uint32 if uniform else np.float32)  # dtype chosen at run time
     top = np.empty((rows, k), dtype=np.int32)
     q_next = np.full(rows, np.inf)
     for start in range(0, rows, block):

@@ -37,11 +37,12 @@ import numpy as np
 if "NUMBA_THREADING_LAYER" not in os.environ:
     import numba
 
-    numba.config.THREADING_LAYER = "forksafe"
+    # numba.config creates its settings at import, from the environment: mypy sees none of them.
+    numba.config.THREADING_LAYER = "forksafe"  # type: ignore[attr-defined]
 
-from numba import njit, prange  # noqa: E402
+from numba import njit, prange
 
-from .hashing import _C1, _NEG_C2  # noqa: E402
+from .hashing import _C1, _NEG_C2
 
 GROUPS = 128  # interleaved groups per row (64 and 256: 5-15 % slower at N = 1,000-2,000, serial A/B)
 _BLOCK_ROWS = 256  # rows per parallel task: enough work to amortise the task's scratch

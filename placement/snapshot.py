@@ -48,7 +48,7 @@ class PlacementSnapshot:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> "PlacementSnapshot":
+    def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> PlacementSnapshot:
         addresses = data.get("addresses", {}) if isinstance(data, Mapping) else None
         if not isinstance(addresses, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in addresses.items()
@@ -63,9 +63,9 @@ class PlacementSnapshot:
         return msgpack.packb(self.to_dict(binary=True), use_bin_type=True)
 
     @classmethod
-    def from_msgpack(cls, data: bytes, verify: bool = False) -> "PlacementSnapshot":
+    def from_msgpack(cls, data: bytes, verify: bool = False) -> PlacementSnapshot:
         return cls.from_dict(load_msgpack_map(data), verify=verify)
 
     @classmethod
-    def from_json(cls, text: str | bytes, verify: bool = False) -> "PlacementSnapshot":
+    def from_json(cls, text: str | bytes, verify: bool = False) -> PlacementSnapshot:
         return cls.from_dict(load_json_object(text), verify=verify)

@@ -86,13 +86,13 @@ class View:
     ck: int
 
     @staticmethod
-    def of(num: int, weighted: Mapping[str, float]) -> "View":
+    def of(num: int, weighted: Mapping[str, float]) -> View:
         members = tuple(sorted(weighted))
         weights = tuple(float(weighted[m]) for m in members)
         return View(num, members, weights, view_checksum(num, members, weights))
 
     @staticmethod
-    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> "View | None":
+    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> View | None:
         """A view from a message, or None if its parts do not form one."""
         if (num < 1 or not members or len(members) != len(weights) or list(members) != sorted(set(members))
                 or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)):

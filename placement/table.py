@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache
@@ -100,7 +100,7 @@ class PlacementTable:
         replicas: int = 1,
         seed: int = 0,
         capacity_factor: float | None = None,
-    ) -> "PlacementTable":
+    ) -> PlacementTable:
         """Compute the table from scratch. ``members`` maps id -> weight (weight 0 never owns)."""
         config = TableConfig(partitions, replicas, seed, capacity_factor)
         units = validate_members(members)
@@ -109,12 +109,12 @@ class PlacementTable:
     @classmethod
     def from_config(
         cls, config: TableConfig, members: Mapping[str, float] | Iterable[tuple[str, float]]
-    ) -> "PlacementTable":
+    ) -> PlacementTable:
         """``build`` with the settings given as one ``TableConfig``."""
         return cls._from_units(config, validate_members(members))
 
     @classmethod
-    def _from_units(cls, config: TableConfig, units: dict[str, int]) -> "PlacementTable":
+    def _from_units(cls, config: TableConfig, units: dict[str, int]) -> PlacementTable:
         ms = Members.build(units, config.seed)
         ranked = rank_many(np.arange(config.partitions), ms, config.seed, config.replicas)
         return cls(config, units, ms, ranked, cls._final_owners(config, ms, ranked))
@@ -125,7 +125,7 @@ class PlacementTable:
             return ranked.idx
         return bounded.assign(ms, config.partitions, config.replicas, config.seed, Fraction(config.capacity_factor))
 
-    def with_members(self, members: Mapping[str, float] | Iterable[tuple[str, float]]) -> "PlacementTable":
+    def with_members(self, members: Mapping[str, float] | Iterable[tuple[str, float]]) -> PlacementTable:
         """The table for a new membership; equal to ``build`` with it, computed incrementally."""
         units = validate_members(members)
         if units == self._units:
@@ -168,7 +168,7 @@ class PlacementTable:
         return tuple(tuple(ids[i] for i in row) for row in self._owner_idx.tolist())
 
     @cached_property
-    def lookup(self):
+    def lookup(self) -> Callable[[str | bytes], tuple[str, ...]]:
         """``lookup(key)`` -> owners of the key's partition, leader first.
 
         Built once per table as a closure over locals: the per-key hot path is one
@@ -204,7 +204,8 @@ class PlacementTable:
         return owners[0]
 
     def _check_partition(self, partition: int) -> int:
-        if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)) or not 0 <= partition < self.partitions:
+        integer = isinstance(partition, (int, np.integer)) and not isinstance(partition, bool)
+        if not integer or not 0 <= partition < self.partitions:
             raise IndexError(f"partition must be an integer in [0, {self.partitions}), got {partition!r}")
         return int(partition)
 
@@ -243,7 +244,7 @@ class PlacementTable:
         counts = np.bincount(cols.ravel(), minlength=len(self._members))
         return dict(zip(self._members.ids, counts.tolist()))
 
-    def moved(self, other: "PlacementTable", leaders: bool = False) -> list[int]:
+    def moved(self, other: PlacementTable, leaders: bool = False) -> list[int]:
         """Partitions whose owner set (or, with ``leaders``, whose leader) differs in ``other``."""
         if other.partitions != self.partitions:
             raise InvalidConfigError(f"cannot compare tables of {self.partitions} and {other.partitions} partitions")
@@ -297,7 +298,7 @@ class PlacementTable:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> "PlacementTable":
+    def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> PlacementTable:
         """Rebuild a table from ``to_dict`` output; ``verify`` recomputes it and compares."""
         try:
             if data.get("format") != SNAPSHOT_FORMAT:
@@ -319,7 +320,8 @@ class PlacementTable:
             raise SnapshotError("snapshot checksum does not match its members and settings")
         ms = Members.build(units, config.seed)
         all_ids = sorted(units)
-        if width != min(config.replicas, len(ms)) or (owners.size and not 0 <= owners.min() <= owners.max() < len(all_ids)):
+        in_range = not owners.size or 0 <= owners.min() <= owners.max() < len(all_ids)
+        if width != min(config.replicas, len(ms)) or not in_range:
             raise SnapshotError("snapshot owners do not fit its members and replica count")
         index = {m: i for i, m in enumerate(ms.ids)}
         remap = np.array([index.get(m, -1) for m in all_ids] or [0], dtype=np.int32)
@@ -337,14 +339,14 @@ class PlacementTable:
         return msgpack.packb(self.to_dict(binary=True), use_bin_type=True)
 
     @classmethod
-    def from_msgpack(cls, data: bytes, verify: bool = False) -> "PlacementTable":
+    def from_msgpack(cls, data: bytes, verify: bool = False) -> PlacementTable:
         return cls.from_dict(load_msgpack_map(data), verify=verify)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str | bytes, verify: bool = False) -> "PlacementTable":
+    def from_json(cls, text: str | bytes, verify: bool = False) -> PlacementTable:
         return cls.from_dict(load_json_object(text), verify=verify)
 
 
@@ -360,7 +362,7 @@ def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConf
     hm = member_hash(member, config.seed)
     pos = bisect.bisect_left(ms.ids, member)
     new_ms = Members(
-        ms.ids[:pos] + (member,) + ms.ids[pos:],
+        (*ms.ids[:pos], member, *ms.ids[pos:]),
         np.insert(ms.hashes, pos, np.uint64(hm)),
         np.insert(ms.units, pos, units),
     )

@@ -119,6 +119,7 @@ def key_hashes_arrow(column, seed: int) -> np.ndarray:
             return np.zeros(0, dtype=np.uint32)
         return np.concatenate([key_hashes_arrow(c, seed) for c in column.chunks])
     typ = column.type
+    off_type: type[np.signedinteger]
     if pa.types.is_string(typ) or pa.types.is_binary(typ):
         off_type = np.int32
     elif pa.types.is_large_string(typ) or pa.types.is_large_binary(typ):

@@ -30,14 +30,16 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--url", action="append", type=argtypes.http_url, metavar="NODE_URL",
                      help="node to fetch the placement from (repeatable; also used to refresh it)")
     src.add_argument("--members", metavar="FILE", help='offline planning: JSON {"id": weight, ...}')
-    p.add_argument("--partitions", type=argtypes.partitions, default=4096, help="with --members: partition count (default 4096)")
+    p.add_argument("--partitions", type=argtypes.partitions, default=4096,
+                   help="with --members: partition count (default 4096)")
     p.add_argument("--replicas", type=argtypes.replicas, default=1, help="with --members: replicas (default 1)")
     p.add_argument("--seed", type=argtypes.hash_seed, default=0, help="with --members: hash seed (default 0)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--deliver", action="store_true", help="POST items to {owner}/v1/work (needs --url)")
     out.add_argument("--output", metavar="DIR", help="write Parquet partitioned by owner (owner=<id>/)")
     p.add_argument("--batch-size", type=argtypes.positive_int, default=500, help="items per POST (default 500)")
-    p.add_argument("--max-attempts", type=argtypes.positive_int, default=12, help="POST attempts per batch (default 12: ~17 s of backoff, longer than a crash takeover)")
+    p.add_argument("--max-attempts", type=argtypes.positive_int, default=12,
+                   help="POST attempts per batch (default 12: ~17 s of backoff, longer than a crash takeover)")
     p.add_argument("--work-dir", metavar="DIR", help="where delivery outcomes are written (default: a temp dir)")
     p.add_argument("--engine", choices=("auto", "jvm", "python"), default="auto",
                    help="where keys are hashed: jvm (a Java UDF, needs a JDK to build it), python (Python "

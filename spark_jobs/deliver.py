@@ -68,7 +68,8 @@ class DeliveryStats:
     retries: int = 0  # POSTs repeated after an error
     rerouted: int = 0  # item re-routings (after a 421 or an owner change)
     refreshes: int = 0
-    outcomes: list[tuple[int, str, str, str, int, int, str | None]] = field(default_factory=list)
+    # (id, key, owner, status, attempts, reroutes, error); key and owner None: a null key (route.py).
+    outcomes: list[tuple[int, str | None, str | None, str, int, int, str | None]] = field(default_factory=list)
 
 
 class Deliverer:
@@ -122,13 +123,15 @@ class Deliverer:
             item.reroutes += 1
             self.stats.rerouted += 1
             if item.reroutes > self.options.max_reroutes:
-                self._done(item, self._owner(item.key), FAILED, f"re-routed more than {self.options.max_reroutes} times")
+                why = f"re-routed more than {self.options.max_reroutes} times"
+                self._done(item, self._owner(item.key), FAILED, why)
             else:
                 self.add(item)
 
     def _still_owned(self, owner: str, items: list[Item]) -> list[Item]:
         """Items ``owner`` still leads under the current snapshot; the others are re-routed."""
-        keep, moved = [], []
+        keep: list[Item] = []
+        moved: list[Item] = []
         for item in items:
             (keep if self._owner(item.key) == owner else moved).append(item)
         if moved:

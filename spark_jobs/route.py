@@ -213,8 +213,8 @@ def _assign_python(spark, df, key_column: str, router: Router):
     from pyspark.sql import types as T
 
     broadcast = spark.sparkContext.broadcast(router.to_dict())
-    schema = T.StructType(df.schema.fields + [T.StructField(PARTITION, T.IntegerType()),
-                                              T.StructField(OWNER, T.StringType())])
+    schema = T.StructType([*df.schema.fields, T.StructField(PARTITION, T.IntegerType()),
+                           T.StructField(OWNER, T.StringType())])
     names = schema.fieldNames()
 
     def assign(batches: Iterator) -> Iterator:
@@ -336,8 +336,8 @@ def write_by_owner(spark, routed, key_column: str, snapshot: PlacementSnapshot, 
 
     routed.filter(F.col(OWNER).isNotNull()).write.mode("overwrite").partitionBy(OWNER).format(fmt).save(out_dir)
     reader = spark.read.option("header", "true") if fmt == "csv" else spark.read
-    written = reader.format(fmt).load(out_dir).select(ITEM_ID, key_column, OWNER,
-                                                      F.lit(DELIVERED).alias("status"), F.lit(None).cast("string").alias("error"))
+    written = reader.format(fmt).load(out_dir).select(ITEM_ID, key_column, OWNER, F.lit(DELIVERED).alias("status"),
+                                                      F.lit(None).cast("string").alias("error"))
     nulls = routed.filter(F.col(OWNER).isNull()).select(ITEM_ID, key_column, OWNER, F.lit(FAILED).alias("status"),
                                                         F.lit("null key").alias("error"))
     report = RouteReport("output", "", snapshot.checksum, 0, {}, outcomes_path=out_dir)

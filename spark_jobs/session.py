@@ -31,12 +31,12 @@ def require_java() -> str:
             return java
         raise JavaMissingError(f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17 runtime "
                                "or unset it to use the java on PATH")
-    java = shutil.which("java")
-    if java is None:
+    found = shutil.which("java")
+    if found is None:
         raise JavaMissingError("Spark needs a Java runtime (17 recommended) and none was found: install one "
                                "(Debian/Ubuntu: `sudo apt-get install openjdk-17-jre-headless`; macOS: "
                                "`brew install openjdk@17`) or set JAVA_HOME; `make` installs it too")
-    return java
+    return found
 
 
 def require_pyspark() -> None:

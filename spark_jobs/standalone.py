@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from placement import argtypes
 
-    ap = argparse.ArgumentParser(prog="python -m spark_jobs.standalone", description=main.__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m spark_jobs.standalone",
+                                 description=(main.__doc__ or "").split("\n\n")[0])
     ap.add_argument("--workers", type=argtypes.integer(1, 16), default=2, help="1-16 (default 2)")
     ap.add_argument("--cores", type=argtypes.integer(1, 256), default=1, help="cores per worker (default 1)")
     ap.add_argument("--memory", default="512m", help="memory per worker and executor (default 512m)")

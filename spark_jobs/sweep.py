@@ -47,7 +47,7 @@ def expand_grid(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every grid point as a dict of ``run_scenario`` arguments, in a stable order."""
     unknown = set(grid) - set(_AXES) - {"lifeguard"}
     if unknown:
-        raise ValueError(f"unknown grid keys {sorted(unknown)}; use {', '.join(_AXES + ('lifeguard',))}")
+        raise ValueError(f"unknown grid keys {sorted(unknown)}; use {', '.join((*_AXES, 'lifeguard'))}")
     grid = {**DEFAULT_GRID, **grid}
     systems = grid.get("system") or ["swim" if lg else "swim-nolifeguard" for lg in _listed(grid["lifeguard"])]
     axes = {k: _listed(grid[k]) for k in _AXES if k != "system"} | {"system": _listed(systems)}
@@ -91,7 +91,7 @@ def run_point(point: Mapping[str, Any]) -> dict[str, Any]:
                                    partitions=point["partitions"],
                                    check_cores=False))  # as `placement simulate` (docs/simulations.md)
         row["error"] = None
-    except Exception as exc:  # noqa: BLE001 - one bad grid point must not sink the sweep
+    except Exception as exc:
         row = {**point, "error": f"{type(exc).__name__}: {exc}"}
     row["task_wall_s"] = round(time.perf_counter() - started, 3)
     return row
@@ -154,7 +154,8 @@ def plot_summary(table, out_dir: str) -> list[str]:
     if "lifeguard" in ok and ok["lifeguard"].notna().any():
         fig, ax = plt.subplots(figsize=(6, 4))
         swim = ok[ok["lifeguard"].notna()]
-        means = swim.groupby(["scenario", "lifeguard"])[["false_suspicions", "false_deaths"]].mean().unstack("lifeguard")
+        counts = swim.groupby(["scenario", "lifeguard"])[["false_suspicions", "false_deaths"]]
+        means = counts.mean().unstack("lifeguard")
         means.plot.bar(ax=ax)
         ax.set(ylabel="per run (mean)", title="Lifeguard on (True) vs off (False)")
         ax.legend(fontsize=7)

@@ -71,8 +71,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"key {key!r:<18} -> partition {t.partition_of(key):>5} -> owners {t.lookup(key)}")
     joined = t.with_members({**DEMO_MEMBERS, "n6": 1.0})
     moved = t.moved(joined, leaders=True)
+    expected = t.partitions / (sum(DEMO_MEMBERS.values()) + 1)
     print(f"\nn6 joins (weight 1): {len(moved)} leaderships move, all to n6: "
-          f"{all(joined.owner(p) == 'n6' for p in moved)} (expected P*w/W = {t.partitions / (sum(DEMO_MEMBERS.values()) + 1):.0f})")
+          f"{all(joined.owner(p) == 'n6' for p in moved)} (expected P*w/W = {expected:.0f})")
     left = joined.with_members({m: w for m, w in {**DEMO_MEMBERS, 'n6': 1.0}.items() if m != "n2"})
     moved = joined.moved(left, leaders=True)
     print(f"n2 leaves: {len(moved)} leaderships move, all were n2's: {all(joined.owner(p) == 'n2' for p in moved)}")

@@ -22,11 +22,28 @@ problem handler renders it; a plain FastAPI app renders it with its default hand
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from fastapi import Request
 from starlette.exceptions import HTTPException
 
 from ..client import CHECKSUM_HEADER, OWNER_HEADER
+from ..snapshot import PlacementSnapshot
+from ..table import PlacementTable
+
+
+class OwnerNode(Protocol):
+    """What the guard reads from a node (``placement.service.node.Node`` provides it: mypy
+    checks that in ``node.py``). ``paused`` and ``leaving`` are read when present, only to say
+    why a 503 is answered."""
+
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def table(self) -> PlacementTable: ...
+    @property
+    def snapshot(self) -> PlacementSnapshot: ...
+    def owns(self, key: str | bytes) -> bool: ...
 
 
 class Misdirected(HTTPException):
@@ -45,7 +62,7 @@ class NotYetOwned(HTTPException):
     exclusive mode it is still being handed over, or ownership is paused (no quorum lease), or
     the node is leaving. Nobody else may take the request either, so the client waits."""
 
-    def __init__(self, node, key: str) -> None:
+    def __init__(self, node: OwnerNode, key: str) -> None:
         paused = getattr(node, "paused", None)
         why = (f"ownership is paused: {paused}" if paused else "this node is leaving" if getattr(node, "leaving", False)
                else f"partition {node.table.partition_of(key)} is being handed over to this node")
@@ -53,7 +70,7 @@ class NotYetOwned(HTTPException):
                          {"Retry-After": "1"})
 
 
-def require_ownership(node, param: str = "key") -> Callable[[Request], Awaitable[str]]:
+def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request], Awaitable[str]]:
     """A FastAPI dependency returning the request's key if ``node`` leads its partition.
 
     The key is read from the path parameter or query parameter named ``param``.

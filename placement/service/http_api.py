@@ -33,26 +33,33 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from membership import MemberInfo
 
-from .console.events import EventLog
-from .console.routes import add_console_routes
 from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
+from .console.events import EventLog
+from .console.routes import add_console_routes
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
 MAX_ROUTE_KEYS = 1_000_000
 MAX_ROUTE_BODY_BYTES = 64 * 1024 * 1024
 MAX_WAIT_S = 60.0
+#: OpenAPI responses of a route by status, as FastAPI's ``responses=`` takes them.
+Responses = dict[int | str, dict[str, Any]]
 
 
 class NodeLike(Protocol):
-    """What the API needs from a node (``placement.service.node.Node`` provides it)."""
+    """What the API needs from a node (``placement.service.node.Node`` provides it: mypy checks
+    that in ``node.py``). Read-only properties, because the API only reads them: a node may
+    compute them (``Node.node_id`` does) or keep them as plain attributes."""
 
-    node_id: str
-    placement_changes: int
-    callback_errors: int
-    events: EventLog
-
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def placement_changes(self) -> int: ...
+    @property
+    def callback_errors(self) -> int: ...
+    @property
+    def events(self) -> EventLog: ...
     @property
     def snapshot(self) -> PlacementSnapshot: ...
     @property
@@ -106,7 +113,9 @@ MemberPair = Annotated[tuple[str, float], WithJsonSchema({
 })]
 
 
-class PlacementOut(BaseModel):
+class _PlacementFields(BaseModel):
+    """What both forms of ``GET /v1/placement`` hold besides the owner table."""
+
     format: str
     checksum: str = Field(description="identity of the placement (members, weights, settings)")
     etag: str = Field(description="identity of the snapshot (placement and addresses)")
@@ -117,10 +126,13 @@ class PlacementOut(BaseModel):
     members: list[MemberPair] = Field(description="[id, weight] sorted by id")
     addresses: dict[str, str] = Field(description="member id -> base URL")
     owners_width: int
+
+
+class PlacementOut(_PlacementFields):
     owners: list[list[int]] = Field(description="per partition, indices into members, leader first")
 
 
-class PlacementMsgpackOut(PlacementOut):
+class PlacementMsgpackOut(_PlacementFields):
     """The msgpack form: as the JSON one, with the owner table packed in one bin value."""
 
     owners: bytes = Field(description="owners_width little-endian int32 member indices per partition (msgpack bin)")
@@ -199,13 +211,13 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
-def _problems(*statuses: int) -> dict[int, dict[str, Any]]:
+def _problems(*statuses: int) -> Responses:
     """OpenAPI responses for the error statuses a route answers with: problem bodies."""
     return {status: {"description": HTTPStatus(status).phrase, "content": {PROBLEM: {"schema": _ref(Problem)}}}
             for status in statuses}
 
 
-def _msgpack_too(schema: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def _msgpack_too(schema: dict[str, Any]) -> Responses:
     """The msgpack alternative of a 200 response, chosen with ``Accept: application/msgpack``."""
     return {200: {"content": {MSGPACK: {"schema": schema}}}}
 
@@ -280,17 +292,17 @@ class _NodeCollector:
                                   value=self.node.placement_changes)
         yield GaugeMetricFamily("placement_partitions_owned", "Partitions this node leads",
                                 value=len(self.node.owned_partitions()))
-        status = self.node.ownership_status()
-        if status["mode"] == "exclusive":
-            for name, value in sorted(status["counters"].items()):
+        ownership = self.node.ownership_status()
+        if ownership["mode"] == "exclusive":
+            for name, value in sorted(ownership["counters"].items()):
                 yield CounterMetricFamily(f"placement_ownership_{name}", f"Exclusive ownership counter {name}",
                                           value=value)
             yield CounterMetricFamily("placement_handoff_dropped_datagrams", "Handoff datagrams dropped (malformed, "
-                                      "another cluster, not sealed with our keys)", value=status["dropped"])
+                                      "another cluster, not sealed with our keys)", value=ownership["dropped"])
             yield GaugeMetricFamily("placement_ownership_lease_valid_seconds", "Seconds the quorum lease still runs",
-                                    value=status["lease_valid_for_s"])
+                                    value=ownership["lease_valid_for_s"])
             yield GaugeMetricFamily("placement_ownership_paused", "1 while this node may own nothing",
-                                    value=1 if status["fenced"] else 0)
+                                    value=1 if ownership["fenced"] else 0)
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
@@ -460,7 +472,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {
-        "description": "Prometheus text exposition format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}}})
+        "description": "Prometheus text exposition format 0.0.4",
+        "content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def metrics() -> Response:
         return Response(collector.exposition(), media_type="text/plain; version=0.0.4")
 

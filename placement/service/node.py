@@ -56,21 +56,31 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from membership import DeclaredDead, IdConflict, JoinRefused, MemberEvent, MembershipConfig, MemberInfo, Meta
-from membership import JoinAttempt, RefusedPeer
+from membership import (
+    DeclaredDead,
+    IdConflict,
+    JoinAttempt,
+    JoinRefused,
+    MemberEvent,
+    MemberInfo,
+    MembershipConfig,
+    Meta,
+    RefusedPeer,
+)
 from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
 
-from .console.events import EventLog
 from ..errors import InvalidConfigError, PlacementError
 from ..exclusive import ExclusiveConfig
-from .node_ownership import ExclusiveRunner, Grant, _Hooks
-from .node_thread import MembershipThread
 from ..ownership import OwnershipChange, diff, led_by
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable, TableConfig
+from .background import detach
+from .console.events import EventLog
+from .node_ownership import ExclusiveRunner, Grant, _Hooks
+from .node_thread import MembershipThread
 
 Addr = tuple[str, int]
 
@@ -225,7 +235,7 @@ class Node:
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
 
     # ----- lifecycle --------------------------------------------------------------------
-    async def start(self) -> "Node":
+    async def start(self) -> Node:
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
         self._on_event(None, await self._thread.start(self._open))
@@ -250,7 +260,7 @@ class Node:
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
         return member, runner
 
-    async def __aenter__(self) -> "Node":
+    async def __aenter__(self) -> Node:
         return await self.start()
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -666,7 +676,7 @@ class Node:
         be someone else's."""
         for result in self._x_releasing(partition, "ended"):
             if inspect.isawaitable(result):
-                asyncio.ensure_future(result)
+                detach(result)
 
 
 @dataclass
@@ -690,3 +700,11 @@ def _resolve(payload: asyncio.Future, value: Any) -> None:
     """On the membership thread: hand the payload to the runner unless it gave up waiting."""
     if not payload.done():
         payload.set_result(value)
+
+
+if TYPE_CHECKING:  # nothing runs: mypy proves that a Node is what these modules are typed against
+    from .guard import OwnerNode
+    from .http_api import NodeLike
+
+    def _node_satisfies_the_protocols(node: Node) -> tuple[NodeLike, OwnerNode]:
+        return node, node

@@ -19,15 +19,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from membership.seeds import DnsSeed
 
 from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
 from ..exclusive import ExclusiveConfig
-from membership.seeds import DnsSeed
-
 from .node import Node, NodeConfig, read_key_file
 from .workers import PartitionProcessor, PartitionWorkers
 
@@ -176,12 +176,18 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
     else:
         app = create_app(node, config.admin_token, on_leave=done.set)
-    server = uvicorn.Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
-    # We handle signals: leave first, then stop. (uvicorn >= 0.29 captures SIGINT/SIGTERM in
-    # serve() whatever install_signal_handlers says, stops serving at once and raises the
-    # signal again afterwards: the node then saw its HTTP server gone and stopped abruptly.)
-    server.install_signal_handlers = lambda: None
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handling: we handle signals (leave first, then
+        stop). uvicorn >= 0.29 captures SIGINT/SIGTERM in serve(), stops serving at once and
+        raises the signal again afterwards: the node then saw its HTTP server gone and stopped
+        abruptly."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
@@ -259,8 +265,8 @@ async def _report(node: Node) -> None:
                 if m.node_id != node.node_id:
                     _say(node.node_id, f"member {m.node_id} is {m.status}")
         paused = f" - paused: {node.paused}" if node.paused else ""
-        _say(node.node_id, f"owns {len(owned)} partitions "
-                           f"(+{len(change.acquired)} -{len(change.released)}) placement {change.checksum[:12]}{paused}")
+        _say(node.node_id, f"owns {len(owned)} partitions (+{len(change.acquired)} -{len(change.released)}) "
+                           f"placement {change.checksum[:12]}{paused}")
 
 
 def cmd_node(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ class NodeThread:
         self._started = False
 
     # ----- lifecycle --------------------------------------------------------------------
-    def start(self, timeout_s: float = 30.0) -> "NodeThread":
+    def start(self, timeout_s: float = 30.0) -> NodeThread:
         """Start the node (binds the gossip socket, joins); raises what ``Node.start`` raises."""
         if self._started:
             return self
@@ -82,7 +82,7 @@ class NodeThread:
     async def _close(self) -> None:
         self.node.close()
 
-    def __enter__(self) -> "NodeThread":
+    def __enter__(self) -> NodeThread:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

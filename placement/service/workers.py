@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .background import detach
+
 if TYPE_CHECKING:
     from .node import Node
 
@@ -132,10 +134,10 @@ class PartitionWorkers:
             drain = self._drain(run)
             if self._node.config.ownership == "exclusive":
                 return drain  # the node awaits it, then hands the partition on with its result
-            asyncio.ensure_future(drain)  # available mode waits for nobody
+            detach(drain)  # available mode waits for nobody
             return None
         run.task.cancel()  # ended without a drain: stop at once
-        asyncio.ensure_future(self._close(run, "lost"))
+        detach(self._close(run, "lost"))
         return None
 
     async def _drain(self, run: _Run) -> Any:
@@ -144,7 +146,7 @@ class PartitionWorkers:
             await asyncio.shield(run.task)
         except asyncio.CancelledError:
             run.task.cancel()  # the node's drain deadline passed: ownership is over
-            asyncio.ensure_future(self._close(run, "lost"))
+            detach(self._close(run, "lost"))
             raise
         except Exception:
             pass  # already counted in _run

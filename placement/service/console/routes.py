@@ -29,6 +29,7 @@ from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from ..background import detach
 from .summary import MAP_MEDIA_TYPE, agreement, map_payload
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _sse(event: Any) -> str:
     return f"id: {event.seq}\ndata: {json.dumps(event.to_dict(), separators=(',', ':'))}\n\n"
 
 
-def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, Any]]) -> None:
+def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[str, Any]]) -> None:
     """Add the console routes to ``app``; ``problems`` documents the 422 problem response."""
     ui = resources.files(__package__) / "ui"
     map_cache: dict[str, bytes] = {}  # etag -> payload: built once per snapshot
@@ -221,7 +222,7 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int, dict[str, An
         if node.events.closed and "client" in fanout:
             node.events.listeners.remove(close_client)
             with contextlib.suppress(RuntimeError):  # no running loop: the process is ending anyway
-                asyncio.ensure_future(fanout.pop("client").aclose())
+                detach(fanout.pop("client").aclose())
 
     @app.get("/v1/agreement", response_model=AgreementOut)
     async def cluster_agreement() -> Response:
