@@ -114,6 +114,7 @@ from .messages import (
     RefusedPeer, Suspect,
 )
 from .queue import BroadcastQueue
+from .status import JOINED, UPDATED, EventKind, Status, supersedes
 from .suspicion import Suspicion
 from .wire import (
     NOTICE_REASONS, PROTOCOL_VERSION, Codec, Drop, Envelope, Keyring, Notice, ReplayFilter, check_outgoing, encode_meta,
@@ -183,13 +184,13 @@ def _ring_key(node_id: str) -> tuple[int, str]:
 class _Member:
     __slots__ = ("node_id", "addr", "meta", "incarnation", "status", "since", "heard")
 
-    def __init__(self, node_id: str, addr: Addr, meta: Meta, incarnation: int, status: str,
+    def __init__(self, node_id: str, addr: Addr, meta: Meta, incarnation: int, status: Status,
                  since: float) -> None:
         self.node_id = node_id
         self.addr = addr
         self.meta = meta
         self.incarnation = incarnation
-        self.status = status
+        self.status: Status = status
         self.since = since
         self.heard: float | None = None  # last datagram from it (operators' "last heard from")
 
@@ -315,7 +316,7 @@ class Swim:
         return self._self.incarnation
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """Our own status: ``alive``, or ``left`` after ``leave``."""
         return self._self.status
 
@@ -676,7 +677,8 @@ class Swim:
     def _on_alive(self, msg: Alive, now: float) -> None:
         if msg.node == self.node_id:
             me = self._self
-            if msg.incarnation > me.incarnation or (
+            # (We hold ourselves alive: a member that left handles no gossip.)
+            if supersedes(ALIVE, msg.incarnation, ALIVE, me.incarnation) or (
                     msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
                 # Someone holds a newer or different record of us (e.g. from before a restart).
                 if msg.addr != me.addr:
@@ -689,10 +691,10 @@ class Swim:
             self._members[msg.node] = m
             self._index_live(msg.node)
             self._live_changed(m)
-            self._set_changed(m, "joined", now)
+            self._set_changed(m, JOINED, now)
             self._broadcast(msg)
             return
-        if msg.incarnation <= m.incarnation:
+        if not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
             return
         if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
             # A live member claimed from a second address: another process with its id (a
@@ -721,21 +723,21 @@ class Swim:
             self._set_status(m, ALIVE, now)
         self._live_changed(m)
         if old_status in (DEAD, LEFT):
-            self._set_changed(m, "joined", now)
+            self._set_changed(m, JOINED, now)
         else:
             if old_status == SUSPECT:
-                self._set_changed(m, "alive", now)
+                self._set_changed(m, ALIVE, now)
             if changed:
-                self._set_changed(m, "updated", now)
+                self._set_changed(m, UPDATED, now)
         self._broadcast(msg)
 
     def _on_suspect(self, msg: Suspect, now: float) -> None:
         if msg.node == self.node_id:
-            if msg.incarnation >= self._self.incarnation:
+            if supersedes(SUSPECT, msg.incarnation, ALIVE, self._self.incarnation):
                 self._refute(msg.incarnation)
             return
         m = self._members.get(msg.node)
-        if m is None or m.status in (DEAD, LEFT) or msg.incarnation < m.incarnation:
+        if m is None or not supersedes(SUSPECT, msg.incarnation, m.status, m.incarnation):
             return
         current = self._suspicions.get(msg.node)
         if m.status == SUSPECT and current is not None and msg.incarnation == current.incarnation:
@@ -757,23 +759,24 @@ class Swim:
 
     def _on_dead(self, msg: Dead, now: float, synced_by: str | None) -> None:
         leaving = msg.sender == msg.node
+        update: Status = LEFT if leaving else DEAD
         if synced_by is not None and not leaving:
             # Full state says dead: only suspect (memberlist mergeState), so a stale view cannot
             # kill a live member; a live member then refutes the suspicion.
             self._on_suspect(Suspect(msg.node, msg.incarnation, synced_by), now)
             return
         if msg.node == self.node_id:
-            if msg.incarnation >= self._self.incarnation:
+            if supersedes(update, msg.incarnation, ALIVE, self._self.incarnation):
                 if not leaving and not self._leaving:  # an old leave of ours is no accusation
                     self._events.append(DeclaredDead(msg.incarnation, now))
                 self._refute(msg.incarnation)
             return
         m = self._members.get(msg.node)
-        if m is None or m.status in (DEAD, LEFT) or msg.incarnation < m.incarnation:
+        if m is None or not supersedes(update, msg.incarnation, m.status, m.incarnation):
             return
         self._suspicions.pop(msg.node, None)
         m.incarnation = msg.incarnation
-        self._set_status(m, LEFT if leaving else DEAD, now)
+        self._set_status(m, update, now)
         self._set_changed(m, m.status, now)
         self._broadcast(msg)
         claim = self._claims.pop(msg.node, None)
@@ -807,7 +810,7 @@ class Swim:
             self._probe_next.append(m.node_id)
             self._stats["suspect_reprobes"] += 1
         if was_alive:
-            self._set_changed(m, "suspect", now)
+            self._set_changed(m, SUSPECT, now)
 
     def _last_chance_pings(self, now: float) -> None:
         """One probe timeout before a suspicion would expire, ping the suspect ourselves, with
@@ -890,10 +893,10 @@ class Swim:
         self._live_changed(me)
         self._broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
-    def _set_changed(self, m: _Member, kind: str, now: float) -> None:
+    def _set_changed(self, m: _Member, kind: EventKind, now: float) -> None:
         self._events.append(MemberEvent(kind, m.info(), now))
 
-    def _set_status(self, m: _Member, status: str, now: float) -> None:
+    def _set_status(self, m: _Member, status: Status, now: float) -> None:
         """The one place a member's status changes (keeps the indexes in step)."""
         was_live = m.status in LIVE_STATUSES
         m.status = status
