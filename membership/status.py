@@ -32,7 +32,7 @@ The same table decides how a member treats gossip about *itself* (held status ``
 
 from __future__ import annotations
 
-from typing import Final, Literal, Mapping, Optional
+from typing import Final, Literal, Mapping
 
 __all__ = [
     "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "STATUSES", "LIVE_STATUSES",
@@ -65,7 +65,7 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (JOINED, UPDATED, SUSPECT, ALIVE, DE
 #: held_incarnation``) an update must be to apply to it; ``None``: it never applies. Rows are
 #: the update (``Alive``, ``Suspect``, ``Dead``; a leave is a ``Dead`` and has its row), columns
 #: the status we hold. See the module docstring for the sources.
-PRECEDENCE: Final[Mapping[Status, Mapping[Status, Optional[int]]]] = {
+PRECEDENCE: Final[Mapping[Status, Mapping[Status, int | None]]] = {
     # update: {held status: margin}
     ALIVE:   {ALIVE: 1, SUSPECT: 1, DEAD: 1,    LEFT: 1},
     SUSPECT: {ALIVE: 0, SUSPECT: 0, DEAD: None, LEFT: None},

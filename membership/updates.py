@@ -212,7 +212,8 @@ class Updates:
             if m is None or m.status != SUSPECT:
                 continue
             self._stats["last_chance_pings"] += 1
-            head: list[Message] = [Ping(self._prober.next_seq(), node_id), Suspect(node_id, m.incarnation, self.node_id)]
+            head: list[Message] = [Ping(self._prober.next_seq(), node_id),
+                                   Suspect(node_id, m.incarnation, self.node_id)]
             self._out.send(m.addr, [self._out.codec.encode_message(x) for x in head])
 
     def _suspicion_expired(self, node_id: str, now: float) -> None:
