@@ -156,7 +156,7 @@ class Swim:
         self.node_id = node_id
         self.advertise = (advertise[0], int(advertise[1]))
         self._rng = rng
-        self._self = Member(node_id, self.advertise, meta, incarnation, ALIVE, now)
+        self._self = Member(node_id, self.advertise, meta, incarnation, ALIVE, now)  # our record in the view
         self._view = View(self._self)
         self._stats: Counter[str] = Counter()  # see the ``stats`` property
         self._events: deque[Event] = deque()
@@ -166,6 +166,7 @@ class Swim:
                             sender=node_id, epoch=rng.getrandbits(63), keyring=self.keyring,
                             mtu_bytes=config.mtu_bytes, max_receive_bytes=config.max_receive_bytes)
         self._replay = ReplayFilter()
+        # Kept by Updates; Dissemination reads the accusers, the timer methods here the deadlines.
         self._suspicions: dict[str, Suspicion] = {}
         self._out = Dissemination(config, self._view, self._codec, suspicions=self._suspicions,
                                   stats=self._stats, rng=rng, drop=self._drop, now=now)
@@ -370,7 +371,9 @@ class Swim:
 
     def datagrams_to_send(self) -> list[tuple[bytes, Addr]]:
         """Drain the outbox: (datagram, destination address) pairs, each <= mtu_bytes."""
-        return self._out.drain()
+        out = self._out  # (no call into it: drivers ask after every input)
+        datagrams, out.outbox = out.outbox, []
+        return datagrams
 
     def next_event(self) -> Event | None:
         """Pop the oldest pending event, or None."""

@@ -49,6 +49,7 @@ class Dissemination:
         self.codec = codec
         #: Updates waiting to be piggybacked, at most one per member (``queue.py``).
         self.queue = BroadcastQueue(Codec.message_cost)
+        #: Datagrams for the driver; ``Swim.datagrams_to_send`` takes the list and puts a new one.
         self.outbox: list[tuple[bytes, Addr]] = []
         # Plain ints, not Counter entries: bumped for every datagram (``Swim.stats`` copies them).
         self.datagrams_out = self.bytes_out = 0
@@ -75,10 +76,6 @@ class Dissemination:
         self.datagrams_out += 1
         self.bytes_out += len(datagram)
         self.outbox.append((datagram, addr))
-
-    def drain(self) -> list[tuple[bytes, Addr]]:
-        out, self.outbox = self.outbox, []
-        return out
 
     def broadcast(self, msg: Alive | Suspect | Dead) -> None:
         """Queue an accepted state change for piggybacking (replacing older news of its member)."""

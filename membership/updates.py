@@ -25,7 +25,9 @@ from .conflicts import Conflicts
 from .dissemination import Dissemination
 from .messages import Alive, Dead, DeclaredDead, Event, MemberEvent, Message, Ping, Suspect
 from .probing import Prober
-from .status import ALIVE, DEAD, JOINED, LEFT, SUSPECT, UPDATED, EventKind, Status, supersedes
+from .status import (
+    ALIVE, ALIVE_MARGIN_MIN, DEAD, JOINED, LEFT, SUSPECT, UPDATED, EventKind, Status, supersedes,
+)
 from .suspicion import Suspicion
 from .view import Member, View
 
@@ -77,7 +79,8 @@ class Updates:
             self._set_changed(m, JOINED, now)
             self._out.broadcast(msg)
             return
-        if not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
+        if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN \
+                or not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
             return
         if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
             self._conflicts.address_claim(msg, m, now)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from membership import MembershipConfig, Meta, Swim
 from membership.messages import Alive, Dead, Suspect
 from membership.status import (
-    ALIVE, DEAD, EVENT_KINDS, LEFT, PRECEDENCE, STATUSES, SUSPECT, EventKind, Status, supersedes,
+    ALIVE, ALIVE_MARGIN_MIN, DEAD, EVENT_KINDS, LEFT, PRECEDENCE, STATUSES, SUSPECT, EventKind, Status, supersedes,
 )
 from membership.wire import Codec, Keyring
 
@@ -42,6 +42,12 @@ def test_the_vocabulary_is_complete():
 def test_table_equals_the_swim_rules(update, i, held, j):
     assert supersedes(update, i, held, j) == reference(update, i, held, j)
     assert supersedes(update, j, held, j) == reference(update, j, held, j)  # equal incarnations
+
+
+@given(st.integers(0, 2**40), st.sampled_from(STATUSES), st.integers(0, 2**40))
+def test_the_alive_fast_path_skips_only_alives_that_never_apply(i, held, j):
+    if i - j < ALIVE_MARGIN_MIN:
+        assert not supersedes(ALIVE, i, held, j)
 
 
 class _Forger:
