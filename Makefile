@@ -41,7 +41,7 @@ bench: $(STAMP)
 # runs with PYTHONPATH=$(FAST) use the build. mypy comes from its own venv, not the project's.
 FAST := build/mypyc
 MYPYC_VENV := build/mypyc-venv
-MYPYC_MODULES := core wire queue suspicion awareness messages config
+MYPYC_MODULES := core view dissemination probing conflicts updates joining status sampling wire queue suspicion awareness messages config
 PYTHON ?= $(BIN)/python
 
 sim-fast:

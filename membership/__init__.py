@@ -3,9 +3,14 @@
 Layout (one concern per module, as in hashicorp/memberlist; sans-I/O as in aioquic/h11):
 
 ``config.MembershipConfig``  every knob, with units and LAN defaults
+``status``                   member statuses and event kinds (``Literal`` types), update precedence table
 ``messages``                 ``Meta``, ``MemberInfo``, wire messages, events
 ``wire``                     datagram codec (msgpack, versioned, strict), ``Keyring`` (AES-GCM)
-``core.Swim``                the protocol state machine (theory of operation in its docstring)
+``core.Swim``                the protocol state machine (theory of operation in its docstring): a
+                             facade over its parts ``view`` (member table, checksum, probe ring),
+                             ``dissemination`` (piggyback, gossip, push-pull), ``probing``,
+                             ``updates`` (Alive/Suspect/Dead, suspicions), ``conflicts`` (duplicate
+                             ids), ``joining`` (seeds, refusals); ``sampling`` (``Random.sample``)
 ``suspicion``/``awareness``  Lifeguard suspicion timer and local health awareness
 ``queue``                    piggyback broadcast queue with retransmit limit
 ``aio``                      asyncio UDP driver: ``start_member(...) -> Member``

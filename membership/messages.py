@@ -29,20 +29,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Union
 
+from .status import ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, EventKind, Status
+
 __all__ = [
-    "Addr", "Meta", "MemberInfo", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
+    "Addr", "Meta", "MemberInfo", "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
     "Ping", "Ack", "Nack", "PingReq", "Alive", "Suspect", "Dead", "PushPull", "Refuse",
     "Message", "StateMessage", "MemberEvent", "JoinRefused", "RefusedPeer", "JoinAttempt", "Event",
 ]
 
 Addr = tuple[str, int]
-
-ALIVE = "alive"
-SUSPECT = "suspect"
-DEAD = "dead"
-LEFT = "left"
-#: Statuses under which a member still counts as present (placement owns partitions from these).
-LIVE_STATUSES = frozenset({ALIVE, SUSPECT})
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ class MemberInfo:
 
     node_id: str
     addr: Addr
-    status: str  # ALIVE | SUSPECT | DEAD | LEFT
+    status: Status
     incarnation: int
     meta: Meta
     #: When this member last heard a datagram from it (the clock the core is driven with; None:
@@ -161,7 +156,7 @@ class MemberEvent:
     ``dead`` (declared failed), ``left`` (left gracefully).
     """
 
-    kind: str
+    kind: EventKind
     member: MemberInfo
     at: float
 

@@ -41,7 +41,7 @@ class Suspicion:
         self.max_s = max_s
         #: The verdict waits at least until then (see ``defer``).
         self.not_before = start
-        #: Whether our last-chance ping went out (see ``Swim._last_chance_pings``).
+        #: Whether our last-chance ping went out (see ``Updates._last_chance_pings`` in updates.py).
         self.last_chance_sent = False
         # The first accuser does not count as a confirmation (memberlist does the same).
         self._confirmers = {accuser}
@@ -64,6 +64,6 @@ class Suspicion:
 
     def defer(self, until: float) -> None:
         """Hold the verdict until ``until`` (used when the local timer fired late: see
-        ``Swim.handle_timer``); never brings it forward."""
+        ``Updates.expire_suspicions``); never brings it forward."""
         self.not_before = max(self.not_before, until)
         self.deadline = max(self.deadline, self.not_before)

@@ -290,10 +290,10 @@ def test_buddy_system_ping_to_a_suspect_carries_the_suspicion():
     # Only n0 suspects n1 (rumour injected, gossip to n1 prevented); n0's next probe of n1
     # carries the suspicion and n1 refutes.
     net = build_cluster(2, seed=9)
-    net.nodes["n0"].core._queue = BroadcastQueue()  # no gossip in flight
+    net.nodes["n0"].core._out.queue = BroadcastQueue()  # no gossip in flight
     net.partition(["n0"], ["n1"])
     net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
-    net.nodes["n0"].core._queue = BroadcastQueue()  # the rumour is not gossiped to n1 either
+    net.nodes["n0"].core._out.queue = BroadcastQueue()  # the rumour is not gossiped to n1 either
     net.heal()
     assert net.run_until_true(lambda: net.nodes["n1"].core.incarnation == 1, 3.0)
     assert net.run_until_true(lambda: net.status("n0", "n1") == ALIVE, 3.0)
@@ -340,7 +340,7 @@ def test_metadata_over_the_limit_is_refused():
 def test_anti_entropy_repairs_a_lost_update():
     net = build_cluster(6, seed=14)
     net.call("n2", lambda c, now: c.update_meta(Meta(weight=3.0), now))
-    net.nodes["n2"].core._queue = BroadcastQueue()  # as if every gossip datagram was lost
+    net.nodes["n2"].core._out.queue = BroadcastQueue()  # as if every gossip datagram was lost
     net.run_for(0.5)
     assert net.nodes["n0"].core.member("n2").meta.weight == 1.0  # diverged
     assert net.run_until_true(lambda: all(n.core.member("n2").meta.weight == 3.0 for n in net.nodes.values()), 15.0)

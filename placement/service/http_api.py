@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from membership import MemberInfo
+from membership.status import STATUSES
 
 from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
@@ -272,7 +273,7 @@ class _NodeCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         by_status = GaugeMetricFamily("placement_members", "Members in this node's view by status", labels=["status"])
-        counts: dict[str, int] = {s: 0 for s in ("alive", "suspect", "dead", "left")}
+        counts: dict[str, int] = {s: 0 for s in STATUSES}
         for m in self.node.members():
             counts[m.status] = counts.get(m.status, 0) + 1
         for status, n in counts.items():

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from membership import MemberInfo
+from membership import SUSPECT, MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
 
@@ -124,7 +124,7 @@ class ExclusiveRunner:
         if self.closed:
             return
         view = {m.node_id: m.meta.weight for m in live}
-        suspects = [m.node_id for m in live if m.status == "suspect"]
+        suspects = [m.node_id for m in live if m.status == SUSPECT]
         self.own.set_view(view, suspects, self._loop.time())
         self._drive()
 

@@ -20,8 +20,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from membership.status import EVENT_KINDS
+
 #: Membership kinds (``membership.MemberEvent.kind``) plus the node's own.
-MEMBER_KINDS = frozenset({"joined", "updated", "suspect", "alive", "dead", "left"})
+MEMBER_KINDS = frozenset(EVENT_KINDS)
 NODE_KINDS = frozenset({"placement", "ownership", "declared-dead", "refused", "id-conflict"})
 
 
