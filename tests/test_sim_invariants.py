@@ -17,7 +17,7 @@ from simulations.engine import InvariantViolation
 def test_a_membership_core_whose_indexes_disagree_with_its_view_is_caught() -> None:
     cluster = Cluster(SwimSystem(), seed=3, partitions=64)
     cluster.bootstrap(3)
-    cluster.nodes["n002"].core._live_peers.append("ghost")
+    cluster.nodes["n002"].core._view.live_peers.append("ghost")
     with pytest.raises(InvariantViolation, match=r"'swim core indexes'.*--seed 3.*n002: .*[(]live index[)]"):
         cluster.run(5)
 
@@ -86,4 +86,4 @@ def test_the_membership_harness_checks_every_core_after_every_step() -> None:
     net = build_cluster(3, seed=6)
     net.run_for(1.0)  # (checked all along: no violation)
     with pytest.raises(InvariantViolation, match=r"'swim core indexes'.*--seed 6.*n1: .*[(]probe ring[)]"):
-        net.call("n1", lambda core, now: core._ring.reverse())  # white-box corruption
+        net.call("n1", lambda core, now: core._view.ring.reverse())  # white-box corruption
