@@ -14,6 +14,7 @@ socket or a clock, and randomness comes from the core's ``random.Random``.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from typing import Callable, Sequence
@@ -81,15 +82,16 @@ class Dissemination:
         """Queue an accepted state change for piggybacking (replacing older news of its member)."""
         self.queue.push(msg.node, self.codec.encode_message(msg))
 
-    def pass_on(self, node: str, blob: bytes) -> None:
-        """Queue ``blob`` (a Lifeguard confirmation of a suspicion of ``node``): while the
+    def pass_on(self, msg: Suspect) -> None:
+        """Queue ``msg`` (a Lifeguard confirmation of a suspicion of ``node``): while the
         suspicion is still queued the confirmation replaces it within its remaining budget;
         only a confirmation that arrives later gets a fresh budget (a reset for every
         confirmation cost ~10% more datagrams per failure, for no faster detection)."""
-        if node in self.queue:
-            self.queue.refine(node, blob)
+        blob = self.codec.encode_message(msg)
+        if msg.node in self.queue:
+            self.queue.refine(msg.node, blob)
         else:
-            self.queue.push(node, blob)
+            self.queue.push(msg.node, blob)
 
     def retransmit_limit(self) -> int:
         n = self._view.live_count()
@@ -110,7 +112,17 @@ class Dissemination:
 
     def gossip(self, now: float) -> None:
         """One gossip round (memberlist's gossip loop): queued updates to ``gossip_fanout``
-        random members, recently dead ones included so they can refute."""
+        random members, recently dead ones included so they can refute.
+
+        A round is sent only while some update is within the first ``gossip_push_share`` of its
+        retransmit limit (the datagram then carries every queued update that fits); the rest
+        of an update's transmissions ride on pings, acks and rounds started by newer updates.
+        Why: the early transmissions spread an update (the infected set grows by about
+        fanout + 1 per round, SWIM section 4 / Demers et al. 1987), the late ones mostly reach
+        members that know it already; at N=256 a crash every 20 s cost 1.85 gossip datagrams
+        per member per second with every transmission pushed, 0.6 with half - but detection
+        got slower, so the default (1.0) pushes the whole budget as memberlist does (state.go
+        gossip; issue 14, BENCHMARKS.md)."""
         self.next_gossip_at = now + self.config.gossip_interval_s
         horizon = now - self.config.gossip_to_dead_s
         view = self._view
@@ -118,7 +130,11 @@ class Dissemination:
         if view.dead_since:
             peers = peers + [k for k, since in view.dead_since.items() if since >= horizon]
         capacity, limit = self.codec.capacity(), self.retransmit_limit()
+        # A leaving member no longer probes (nothing to ride on): it pushes the whole budget.
+        push_below = limit if view.leaving else max(1, math.ceil(limit * self.config.gossip_push_share))
         for peer_id in sample(self._rng, peers, min(self.config.gossip_fanout, len(peers))):
+            if not self.queue.fresh(push_below):
+                break
             peer = view.members[peer_id]
             blobs = self.queue.take(capacity, limit)
             if not blobs:

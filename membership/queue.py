@@ -5,7 +5,9 @@ same member replaces the older one (it carries strictly more recent information)
 handed out fewest-transmissions-first, newest first among equals, packed greedily into the
 bytes left in a datagram; each is dropped after ``limit`` transmissions, where the core passes
 ``limit = retransmit_mult * ceil(log10(N + 1))`` so an update reaches everyone with high
-probability while per-member load stays constant.
+probability while per-member load stays constant. ``fresh`` tells gossip rounds whether some
+update is still within the part of its budget they push actively
+(``MembershipConfig.gossip_push_share``, issue 14).
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ class BroadcastQueue(dict):
         if entry is not None:
             entry[_BLOB] = blob
             entry[_COST] = self._cost(blob)
+
+    def fresh(self, below: int) -> bool:
+        """Whether some queued update has been transmitted fewer than ``below`` times."""
+        for entry in self.values():
+            if entry[_TRANSMITS] < below:
+                return True
+        return False
 
     def transmits(self, key: str) -> int | None:
         entry = self.get(key)

@@ -116,7 +116,7 @@ class Updates:
                 self._stats["confirmations"] += 1
                 # Pass independent confirmations on (memberlist does): they must reach the
                 # members whose timers they shorten.
-                self._out.pass_on(msg.node, self._out.codec.encode_message(msg))
+                self._out.pass_on(msg)
             return
         self._start_suspicion(m, msg.incarnation, msg.sender, now)
         self._out.broadcast(msg)
