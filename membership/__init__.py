@@ -57,8 +57,21 @@ member to answer.
 from .config import MembershipConfig
 from .core import Swim
 from .messages import (
-    ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Addr, DeclaredDead, Event, IdConflict, JoinAttempt, JoinRefused,
-    MemberEvent, MemberInfo, Meta, RefusedPeer,
+    ALIVE,
+    DEAD,
+    LEFT,
+    LIVE_STATUSES,
+    SUSPECT,
+    Addr,
+    DeclaredDead,
+    Event,
+    IdConflict,
+    JoinAttempt,
+    JoinRefused,
+    MemberEvent,
+    MemberInfo,
+    Meta,
+    RefusedPeer,
 )
 from .wire import PROTOCOL_VERSION, Keyring
 

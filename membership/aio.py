@@ -30,7 +30,7 @@ import logging
 import random
 import socket
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .config import MembershipConfig
 from .core import Swim
@@ -60,12 +60,12 @@ class Subscription:
     ``max_backlog=None`` is unbounded: for a reader that never stops reading, since one
     push-pull with a large cluster delivers an event per member at once."""
 
-    def __init__(self, member: "Member", max_backlog: int | None = 10_000) -> None:
+    def __init__(self, member: Member, max_backlog: int | None = 10_000) -> None:
         self._member = member
         self._max_backlog = max_backlog
         self._queue: asyncio.Queue[object] = asyncio.Queue()
 
-    def __aiter__(self) -> "Subscription":
+    def __aiter__(self) -> Subscription:
         return self
 
     async def __anext__(self) -> Event:
@@ -180,7 +180,7 @@ class Member(asyncio.DatagramProtocol):
         self._flush()
         try:
             await asyncio.wait_for(self._left.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         self.close()
 
@@ -277,7 +277,7 @@ class Member(asyncio.DatagramProtocol):
 async def system_resolver(name: str, port: int) -> list[Addr]:
     """Every address ``name`` resolves to (A and AAAA), through the loop's thread pool."""
     infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_DGRAM)
-    return [(info[4][0], int(info[4][1])) for info in infos]
+    return [(str(info[4][0]), int(info[4][1])) for info in infos]
 
 
 async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = ("127.0.0.1", 0),

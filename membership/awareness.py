@@ -14,7 +14,7 @@ __all__ = ["Awareness"]
 
 
 class Awareness:
-    __slots__ = ("max_multiplier", "score", "enabled")
+    __slots__ = ("enabled", "max_multiplier", "score")
 
     def __init__(self, max_multiplier: int, enabled: bool = True) -> None:
         self.max_multiplier = max_multiplier

@@ -36,8 +36,20 @@ _ID_CONFLICT_WINDOW_S = 60.0
 class Conflicts:
     """Claims on member ids from more than one address, ours and others'."""
 
-    __slots__ = ("config", "node_id", "advertise", "_view", "_out", "_prober", "_events", "_stats",
-                 "_foreign_claims", "_claims", "_claims_told", "_id_conflict_at")
+    __slots__ = (
+        "_claims",
+        "_claims_told",
+        "_events",
+        "_foreign_claims",
+        "_id_conflict_at",
+        "_out",
+        "_prober",
+        "_stats",
+        "_view",
+        "advertise",
+        "config",
+        "node_id",
+    )
 
     def __init__(self, config: MembershipConfig, view: View, out: Dissemination, prober: Prober, *,
                  advertise: Addr, events: deque[Event], stats: Counter[str]) -> None:

@@ -31,9 +31,10 @@ While views agree each member is probed exactly once per period, by a different 
 time, so a failed member is probed within two periods (mean 0.58 T: this period's prober may
 have probed it just before the failure), and each member still probes every other once per
 N-1 periods (SWIM's bound). Views that disagree or clocks that are skewed only make the pattern
-less regular (a target is probed twice or not at all in a period), never stop probing. The period needs a clock the members
-share: the driver passes ``clock_offset_s`` such that ``now + clock_offset_s`` is Unix time
-(NTP keeps that within milliseconds; the simulator's clock is shared).
+less regular (a target is probed twice or not at all in a period), never stop probing. The
+period needs a clock the members share: the driver passes ``clock_offset_s`` such that
+``now + clock_offset_s`` is Unix time (NTP keeps that within milliseconds; the simulator's clock
+is shared).
 
 Suspicion (SWIM section 4.2). A suspect is still a member (it keeps its partitions). Members
 are ordered by incarnation numbers that only the member itself raises: hearing that it is
@@ -87,10 +88,11 @@ it, at most one per probe interval; a joiner gossips its own ``Alive`` as well a
 Join, leave, partitions. ``join(seeds)`` push-pulls with each seed and retries while we know
 no one, with exponential backoff, reporting each failed attempt (``JoinAttempt``: the seeds and
 what came back from them). A seed whose cluster name or settings differ answers ``Refuse``; the
-refusal stops only a member that never had a live peer (``joining.py``). ``leave()`` gossips ``Dead(self)`` and stops probing; the driver keeps sending until
-``leave_broadcast_done``. Every ``dead_retry_interval_s`` one random dead member's address gets
-a ping, from each member with probability dead / live (Serf's reconnect); if it answers, a push-pull follows, so clusters split by a network partition merge
-after it heals.
+refusal stops only a member that never had a live peer (``joining.py``). ``leave()`` gossips
+``Dead(self)`` and stops probing; the driver keeps sending until ``leave_broadcast_done``. Every
+``dead_retry_interval_s`` one random dead member's address gets a ping, from each member with
+probability dead / live (Serf's reconnect); if it answers, a push-pull follows, so clusters split
+by a network partition merge after it heals.
 
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
@@ -123,7 +125,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter, deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from .awareness import Awareness
 from .config import MembershipConfig
@@ -131,7 +133,18 @@ from .conflicts import Conflicts
 from .dissemination import Dissemination
 from .joining import Joiner
 from .messages import (
-    Ack, Addr, Alive, Dead, Event, MemberInfo, Meta, Nack, Ping, PingReq, PushPull, Suspect,
+    Ack,
+    Addr,
+    Alive,
+    Dead,
+    Event,
+    MemberInfo,
+    Meta,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Suspect,
 )
 from .probing import Prober
 from .status import ALIVE, LEFT, Status

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .config import MembershipConfig
 from .messages import Addr, Alive, Dead, PushPull, Suspect
@@ -38,9 +38,24 @@ _PUSH_PULL_REPLY_GUARD_S = 1.0
 class Dissemination:
     """The sending side of one member: outbox, broadcast queue, gossip rounds, push-pull."""
 
-    __slots__ = ("config", "node_id", "codec", "queue", "outbox", "datagrams_out", "bytes_out",
-                 "next_gossip_at", "last_push_pull_at", "_view", "_suspicions", "_stats", "_rng", "_drop",
-                 "_retransmit_limits", "_push_pull_replies")
+    __slots__ = (
+        "_drop",
+        "_push_pull_replies",
+        "_retransmit_limits",
+        "_rng",
+        "_stats",
+        "_suspicions",
+        "_view",
+        "bytes_out",
+        "codec",
+        "config",
+        "datagrams_out",
+        "last_push_pull_at",
+        "next_gossip_at",
+        "node_id",
+        "outbox",
+        "queue",
+    )
 
     def __init__(self, config: MembershipConfig, view: View, codec: Codec, *,
                  suspicions: dict[str, Suspicion], stats: Counter[str], rng: random.Random,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .config import MembershipConfig
 from .dissemination import Dissemination
@@ -45,8 +45,22 @@ _NOTICE_INTERVAL_S = 1.0
 class Joiner:
     """Join attempts and the answers to members that cannot be part of our cluster."""
 
-    __slots__ = ("config", "node_id", "advertise", "seeds", "next_join_at", "_view", "_out", "_keyring",
-                 "_events", "_stats", "_drop", "_join_attempts", "_join_heard", "_notified")
+    __slots__ = (
+        "_drop",
+        "_events",
+        "_join_attempts",
+        "_join_heard",
+        "_keyring",
+        "_notified",
+        "_out",
+        "_stats",
+        "_view",
+        "advertise",
+        "config",
+        "next_join_at",
+        "node_id",
+        "seeds",
+    )
 
     def __init__(self, config: MembershipConfig, view: View, out: Dissemination, keyring: Keyring, *,
                  advertise: Addr, events: deque[Event], stats: Counter[str], drop: Callable[[str], None]) -> None:

@@ -25,9 +25,9 @@ Every ack also carries the sender's view checksum (anti-entropy, as in Ringpop).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Union
 
 from .status import ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, EventKind, Status
 
@@ -141,8 +141,8 @@ class Refuse:
     reason: str
 
 
-StateMessage = Union[Alive, Suspect, Dead]
-Message = Union[Ping, Ack, Nack, PingReq, Alive, Suspect, Dead, PushPull, Refuse]
+StateMessage = Alive | Suspect | Dead
+Message = Ping | Ack | Nack | PingReq | Alive | Suspect | Dead | PushPull | Refuse
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -225,4 +225,4 @@ class IdConflict:
     at: float
 
 
-Event = Union[MemberEvent, JoinRefused, RefusedPeer, JoinAttempt, DeclaredDead, IdConflict]
+Event = MemberEvent | JoinRefused | RefusedPeer | JoinAttempt | DeclaredDead | IdConflict

@@ -35,7 +35,7 @@ __all__ = ["Prober", "Probe", "Relay"]
 class Probe:
     """Our current probe of ``target`` (one at a time, as in SWIM)."""
 
-    __slots__ = ("seq", "target", "timeout_at", "acked", "indirect_sent", "nacks_expected", "nacks")
+    __slots__ = ("acked", "indirect_sent", "nacks", "nacks_expected", "seq", "target", "timeout_at")
 
     def __init__(self, seq: int, target: str, timeout_at: float) -> None:
         self.seq = seq
@@ -50,7 +50,7 @@ class Probe:
 class Relay:
     """A ping we send on behalf of a ping-req; its ack (or a nack) goes back to the requester."""
 
-    __slots__ = ("requester", "seq", "deadline")
+    __slots__ = ("deadline", "requester", "seq")
 
     def __init__(self, requester: Addr, seq: int, deadline: float) -> None:
         self.requester = requester
@@ -61,9 +61,23 @@ class Relay:
 class Prober:
     """Probing and answering probes for one member."""
 
-    __slots__ = ("config", "node_id", "probe", "relays", "probe_next", "next_probe_at", "dead_ping_seq",
-                 "_view", "_out", "_awareness", "_stats", "_rng", "_clock_offset_s", "_seq",
-                 "_last_unknown_sync_at")
+    __slots__ = (
+        "_awareness",
+        "_clock_offset_s",
+        "_last_unknown_sync_at",
+        "_out",
+        "_rng",
+        "_seq",
+        "_stats",
+        "_view",
+        "config",
+        "dead_ping_seq",
+        "next_probe_at",
+        "node_id",
+        "probe",
+        "probe_next",
+        "relays",
+    )
 
     def __init__(self, config: MembershipConfig, view: View, out: Dissemination, awareness: Awareness, *,
                  stats: Counter[str], rng: random.Random, clock_offset_s: float, first_probe_at: float) -> None:

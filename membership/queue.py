@@ -12,7 +12,8 @@ update is still within the part of its budget they push actively
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["BroadcastQueue"]
 
@@ -35,7 +36,7 @@ class BroadcastQueue(dict):
     update, when it is queued or replaced.
     """
 
-    __slots__ = ("_order", "_cost")
+    __slots__ = ("_cost", "_order")
 
     def __init__(self, cost: Callable[[bytes], int] = len) -> None:
         super().__init__()

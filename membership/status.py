@@ -32,7 +32,8 @@ The same table decides how a member treats gossip about *itself* (held status ``
 
 from __future__ import annotations
 
-from typing import Final, Literal, Mapping
+from collections.abc import Mapping
+from typing import Final, Literal
 
 __all__ = [
     "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "STATUSES", "LIVE_STATUSES",

@@ -28,8 +28,18 @@ def suspicion_timeout(confirmations: int, k: int, min_s: float, max_s: float) ->
 class Suspicion:
     """The suspicion of one member at one incarnation, as held by the local view."""
 
-    __slots__ = ("incarnation", "accuser", "start", "k", "min_s", "max_s", "not_before",
-                 "last_chance_sent", "_confirmers", "deadline")
+    __slots__ = (
+        "_confirmers",
+        "accuser",
+        "deadline",
+        "incarnation",
+        "k",
+        "last_chance_sent",
+        "max_s",
+        "min_s",
+        "not_before",
+        "start",
+    )
 
     def __init__(self, *, incarnation: int, accuser: str, start: float, k: int,
                  min_s: float, max_s: float) -> None:

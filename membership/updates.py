@@ -26,7 +26,16 @@ from .dissemination import Dissemination
 from .messages import Alive, Dead, DeclaredDead, Event, MemberEvent, Message, Ping, Suspect
 from .probing import Prober
 from .status import (
-    ALIVE, ALIVE_MARGIN_MIN, DEAD, JOINED, LEFT, SUSPECT, UPDATED, EventKind, Status, supersedes,
+    ALIVE,
+    ALIVE_MARGIN_MIN,
+    DEAD,
+    JOINED,
+    LEFT,
+    SUSPECT,
+    UPDATED,
+    EventKind,
+    Status,
+    supersedes,
 )
 from .suspicion import Suspicion
 from .view import Member, View
@@ -37,8 +46,20 @@ __all__ = ["Updates"]
 class Updates:
     """The rules that change the view, and the suspicions held."""
 
-    __slots__ = ("config", "node_id", "suspicions", "woke_at", "_view", "_out", "_prober", "_conflicts",
-                 "_awareness", "_events", "_stats", "_rng")
+    __slots__ = (
+        "_awareness",
+        "_conflicts",
+        "_events",
+        "_out",
+        "_prober",
+        "_rng",
+        "_stats",
+        "_view",
+        "config",
+        "node_id",
+        "suspicions",
+        "woke_at",
+    )
 
     def __init__(self, config: MembershipConfig, view: View, out: Dissemination, prober: Prober,
                  conflicts: Conflicts, awareness: Awareness, *, suspicions: dict[str, Suspicion],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from bisect import bisect_left, insort
-from typing import Iterable
+from collections.abc import Iterable
 
 from .messages import Addr, MemberInfo, Meta
 from .status import ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, Status
@@ -40,7 +40,7 @@ def ring_key(node_id: str) -> tuple[int, str]:
 class Member:
     """The record of one member (ourselves included) in the view."""
 
-    __slots__ = ("node_id", "addr", "meta", "incarnation", "status", "since", "heard")
+    __slots__ = ("addr", "heard", "incarnation", "meta", "node_id", "since", "status")
 
     def __init__(self, node_id: str, addr: Addr, meta: Meta, incarnation: int, status: Status,
                  since: float) -> None:
@@ -62,8 +62,21 @@ class View:
     The containers are shared with the other parts of the core by reference and are never
     rebound; change them only through the methods here (reading them directly is fine)."""
 
-    __slots__ = ("node_id", "me", "members", "live_peers", "live_pos", "dead_since", "live_entries",
-                 "checksum", "reclaim_from", "ring", "ring_self", "had_peer", "leaving")
+    __slots__ = (
+        "checksum",
+        "dead_since",
+        "had_peer",
+        "leaving",
+        "live_entries",
+        "live_peers",
+        "live_pos",
+        "me",
+        "members",
+        "node_id",
+        "reclaim_from",
+        "ring",
+        "ring_self",
+    )
 
     def __init__(self, me: Member) -> None:
         node_id = me.node_id

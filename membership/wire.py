@@ -31,14 +31,26 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, ClassVar, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .messages import (
-    Ack, Addr, Alive, Dead, Message, Meta, Nack, Ping, PingReq, PushPull, Refuse, Suspect,
+    Ack,
+    Addr,
+    Alive,
+    Dead,
+    Message,
+    Meta,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Refuse,
+    Suspect,
 )
 
 __all__ = ["PROTOCOL_VERSION", "NOTICE_REASONS", "Drop", "Notice", "Envelope", "Keyring", "Codec", "ReplayFilter",
