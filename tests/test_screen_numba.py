@@ -3,10 +3,8 @@ numpy screen computes: the k smallest q per row in (q, member index) order and t
 bit for bit, against a reference that sorts the whole q matrix. Ranking with it equals the scalar
 reference in ``test_rendezvous.py`` and ``test_table.py`` (both run once per screen)."""
 
-import multiprocessing
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -108,24 +106,37 @@ def test_small_tables_do_not_import_numba():
     assert r.stdout.split() == ["False"]
 
 
-def _build_owner_idx(_=None):
+_FORK_CHECK = """
+import multiprocessing, threading
+import numpy as np
+from placement import PlacementTable, rendezvous
+
+def build(_=None):
     rendezvous.kernel = "numba"
     return PlacementTable.build({f"n{i}": 1.0 + i / 7 for i in range(300)}, partitions=2048, replicas=2)._owner_idx
 
-
-def test_threads_and_forked_children_get_the_same_table(monkeypatch):
-    """Calls are serialised (the workqueue layer is not re-entrant), and the threading layer is a
-    fork-safe one: a child forked after the parent ran the kernel runs it again (as a Spark
-    Python worker forked from its daemon would)."""
-    monkeypatch.setattr(rendezvous, "kernel", "numba")
-    want = _build_owner_idx()
+if __name__ == "__main__":
+    want = build()
     got = []
-    threads = [threading.Thread(target=lambda: got.append(_build_owner_idx())) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: got.append(build())) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(got) == 3 and all(np.array_equal(g, want) for g in got)
+    assert len(got) == 3 and all(np.array_equal(g, want) for g in got), "threads"
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        children = pool.map_async(_build_owner_idx, range(2), chunksize=1).get(timeout=60)  # GNU OpenMP: hangs
-    assert all(np.array_equal(c, want) for c in children)
+        children = pool.map_async(build, range(2), chunksize=1).get(timeout=60)  # GNU OpenMP: hangs
+    assert all(np.array_equal(c, want) for c in children), "forked children"
+    print("ok")
+"""
+
+
+def test_threads_and_forked_children_get_the_same_table(tmp_path):
+    """Calls are serialised (the workqueue layer is not re-entrant), and the threading layer is a
+    fork-safe one: a child forked after the parent ran the kernel runs it again (as a Spark
+    Python worker forked from its daemon would). In a fresh interpreter: forking the test
+    process itself, with other tests' threads alive, once left a child stuck on a lock."""
+    script = tmp_path / "fork_check.py"
+    script.write_text(_FORK_CHECK)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and r.stdout.split() == ["ok"], r.stderr[-2000:]
