@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from host_cluster import Cluster, Loopback, alive  # noqa: E402
+from host_cluster import Cluster, Loopback, alive
 
 
 def main() -> int:

@@ -32,8 +32,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from membership import DEAD, MembershipConfig, MemberEvent, Meta  # noqa: E402
-from simulations.members import MembershipSim  # noqa: E402
+from membership import DEAD, MemberEvent, MembershipConfig, Meta
+from simulations.members import MembershipSim
 
 
 def pct(values: list[float], p: float) -> float:

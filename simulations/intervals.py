@@ -11,7 +11,8 @@ exactly, and fencing epochs are checked to rise with every acquisition of a part
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from placement.exclusive import Acquired, Ended, Release
 

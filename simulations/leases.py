@@ -31,7 +31,8 @@ Models (parameters from the seeds):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Generator
+from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ __all__ = ["LeaseStore", "LeaseSystem", "EventHubsNode", "DurableTaskNode", "Red
 
 
 class _Lease:
-    __slots__ = ("owner", "expires", "token")
+    __slots__ = ("expires", "owner", "token")
 
     def __init__(self) -> None:
         self.owner: str | None = None

@@ -45,7 +45,7 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
 
 
 class _Crash:
-    __slots__ = ("node_id", "at", "first_suspect", "first_dead", "everywhere", "led", "takeover")
+    __slots__ = ("at", "everywhere", "first_dead", "first_suspect", "led", "node_id", "takeover")
 
     def __init__(self, node_id: str, at: float, led: np.ndarray) -> None:
         self.node_id = node_id

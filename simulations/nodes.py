@@ -19,16 +19,15 @@ a fixed sampling interval, which keeps a 256-node hour cheap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import numpy as np
 
-from membership import DeclaredDead, MembershipConfig, MemberEvent, Meta, Swim
+from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
-from placement import PlacementTable
-from placement import handoff_wire
-from placement.exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
+from placement import PlacementTable, handoff_wire
+from placement.exclusive import Ended, ExclusiveConfig, Ownership, Release
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
 
@@ -136,9 +135,9 @@ class SwimNode(Node):
 
     def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
-                 on_event: Callable[["SwimNode", MemberEvent], None], clock_offset_s: float = 0.0,
+                 on_event: Callable[[SwimNode, MemberEvent], None], clock_offset_s: float = 0.0,
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
-                 on_ownership: Callable[["SwimNode", object], None] | None = None) -> None:
+                 on_ownership: Callable[[SwimNode, object], None] | None = None) -> None:
         super().__init__(sim, node_id, index, weight)
         #: Exclusive ownership (``placement.exclusive``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).

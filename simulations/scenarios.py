@@ -9,8 +9,9 @@ draws any randomness from ``cluster.sim.scenario_rng``. ``SCENARIOS`` maps names
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from membership import MembershipConfig
 from placement.exclusive import ExclusiveConfig

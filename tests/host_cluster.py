@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ownership_sampler import Round, Sampler, WaitTimeout
 from placement import PlacementTable
+
+from ownership_sampler import Round, Sampler, WaitTimeout
 
 
 class Hosts:

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
+from placement.errors import PlacementError
 from placement.service import node_cli
 from placement.service.cli import main
-from placement.errors import PlacementError
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:

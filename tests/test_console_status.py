@@ -9,12 +9,13 @@ import threading
 import httpx
 import pytest
 import uvicorn
-from test_node import FAST, eventually
 
 from placement.service.cli import main
 from placement.service.console.status import render
 from placement.service.http_api import create_app
 from placement.service.node import Node, NodeConfig
+
+from test_node import FAST, eventually
 
 
 @contextlib.contextmanager

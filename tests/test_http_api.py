@@ -137,7 +137,7 @@ def test_leave_requires_admin_token():
         assert (await client.post("/v1/leave", headers={"Authorization": "Bearer "})).status_code == 401
         r = await client.post("/v1/leave", headers={"Authorization": "bearer s3cret"})  # any case (RFC 9110)
         assert r.status_code == 202
-        await client._transport.app.state.leave_task  # noqa: SLF001 - wait for the leave to finish
+        await client._transport.app.state.leave_task  # wait for the leave to finish
         assert node.owned_partitions() == frozenset()
 
     run(check, admin_token="s3cret")

@@ -7,7 +7,17 @@ import random
 import pytest
 
 from membership import (
-    ALIVE, DEAD, LEFT, SUSPECT, IdConflict, JoinAttempt, JoinRefused, MembershipConfig, Meta, RefusedPeer, Swim,
+    ALIVE,
+    DEAD,
+    LEFT,
+    SUSPECT,
+    IdConflict,
+    JoinAttempt,
+    JoinRefused,
+    MembershipConfig,
+    Meta,
+    RefusedPeer,
+    Swim,
 )
 from membership.messages import Ack, Alive, Ping, Suspect
 from membership.queue import BroadcastQueue

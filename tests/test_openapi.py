@@ -30,10 +30,11 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
-from test_node import FAST, eventually
 
 from placement.service.http_api import MSGPACK, create_app
 from placement.service.node import Node, NodeConfig
+
+from test_node import FAST, eventually
 
 TOKEN = "s3cret"
 LONG_POLL_CAP_S = 0.2

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from placement import InvalidMembershipError
-from placement import hashing as H, rendezvous
+from placement import InvalidMembershipError, rendezvous
+from placement import hashing as H
 from placement.hashing import fmix64_np, partition_hashes
 from placement.rendezvous import Members, rank_many, rank_one, validate_members
 

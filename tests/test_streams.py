@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from membership import Meta
 from membership.aio import Subscription, SubscriptionOverflow
 from membership.messages import MemberEvent, MemberInfo
-from placement.service.node import _ChangeStream
 from placement.ownership import OwnershipChange
+from placement.service.node import _ChangeStream
 
 owned_sets = st.lists(st.frozensets(st.integers(0, 15)), min_size=1, max_size=8)
 

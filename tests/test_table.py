@@ -8,7 +8,8 @@ import sys
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placement import InvalidConfigError, NoOwnerError, PlacementTable, SnapshotError
 

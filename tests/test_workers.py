@@ -8,6 +8,7 @@ import time
 
 from placement.service.node import Node
 from placement.service.workers import PartitionProcessor, PartitionWorkers
+
 from test_node_exclusive import P, config, eventually, owned_once
 
 
