@@ -21,7 +21,8 @@ every survivor sees it dead, and (placement) until its partitions are owned agai
 seconds per second) and the kill -9 detection time; run it with ``PYTHONPATH`` pointing at
 another checkout to compare designs (BENCHMARKS.md, "Busy application").
 
-    python benchmarks/bench_busy.py --system placement --nodes 4 --blocks cpu:1,cpu:5,cpu:10,cpu:30,sleep:10,gil:0.5,gil:2,gil:5
+    python benchmarks/bench_busy.py --system placement --nodes 4 \
+        --blocks cpu:1,cpu:5,cpu:10,cpu:30,sleep:10,gil:0.5,gil:2,gil:5
     python benchmarks/bench_busy.py --system kinship --nodes 4
     python benchmarks/bench_busy.py --idle --nodes 16 [--system kinship]
 """
@@ -113,7 +114,8 @@ class KinshipMember:
 
     async def start(self) -> None:
         await self.cluster.start()
-        asyncio.ensure_future(self._watch())
+        # Kept: the loop holds tasks weakly, and an unreferenced one can be collected mid-run.
+        self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
         async for event in self.cluster.events():
@@ -280,7 +282,8 @@ def kill_and_measure(args: argparse.Namespace, procs: list[Proc], victim: Proc) 
             owned = time.monotonic() - t0
         time.sleep(0.1)
     procs.remove(victim)
-    fmt = (lambda x: "timeout" if x is None else f"{x:.1f} s")
+    def fmt(x: float | None) -> str:
+        return "timeout" if x is None else f"{x:.1f} s"
     print(f"kill -9 of {victim.id}: dead in every survivor's view after {fmt(detected)}"
           + (f", its partitions owned again after {fmt(owned)}" if args.system == "placement" else ""), flush=True)
 

@@ -38,7 +38,7 @@ from simulations.members import MembershipSim
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def udp_cpu(n: int, idle_s: float = 20.0) -> None:
@@ -94,7 +94,8 @@ def main() -> None:
     for i in range(1, args.n):
         net.add(f"n{i}", seeds=["n0"])
     assert net.run_until_true(net.converged, 60.0), "no convergence"
-    print(f"N={args.n} lifeguard={cfg.lifeguard} probe {cfg.probe_interval_s}/{cfg.probe_timeout_s} s: converged after {net.now:.2f} s simulated")
+    print(f"N={args.n} lifeguard={cfg.lifeguard} probe {cfg.probe_interval_s}/{cfg.probe_timeout_s} s: "
+          f"converged after {net.now:.2f} s simulated")
     net.run_for(30.0)  # let the join gossip die down
 
     d0, t0 = net.datagrams, net.now

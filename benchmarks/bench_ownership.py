@@ -61,7 +61,8 @@ def row(label: str, scenario: str, params: dict, nodes: int | None, duration: fl
         b = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim", params=params,
                          check_cores=False)
         swim = f"{b['dual_ownership_partition_s']:,.1f}"
-    return (f"| {label} | {r['nodes']} | **{r['dual_owned_partition_s_exact']:g}** | {r['orphan_partition_s_exact']:,.0f} "
+    return (f"| {label} | {r['nodes']} | **{r['dual_owned_partition_s_exact']:g}** "
+            f"| {r['orphan_partition_s_exact']:,.0f} "
             f"| {_p(h)} / {_p(h, 'p99')} | {_p(tk)} / {_p(tk, 'p99')} | {_p(det)} / {_p(det, 'p99')} "
             f"| {r['unowned_at_end']} | {r['handoffs_timed_out']} | {r['epoch_regressions']} "
             f"| {r['datagrams_per_member_s']:.1f} | {swim} "

@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: {r['epoch_regressions']} epoch regressions", flush=True)
         if dual or args.seed is not None:
             bad += bool(dual)
-            print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} schedule {r['schedule']}",
-                  flush=True)
+            print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} "
+                  f"schedule {r['schedule']}", flush=True)
     print(f"{bad} of {len(seeds)} seeds with dual ownership or another invariant violated, "
           f"{regressed} with epoch regressions, {stuck} with partitions unowned at the end despite a "
           f"witness quorum, {quorumless} without one")

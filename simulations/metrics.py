@@ -13,8 +13,8 @@ Two kinds of observation:
   moves when its single owner differs from its previous single owner; a move away from a
   *healthy* node (never crashed, stalled, slowed, cut off or left) to a node that was already
   a member at the start is a ``healthy_moves``; a move back to the owner before the last one,
-  between two healthy nodes, is a ``flaps`` (ping-pong). Views converge when every running member has the same view checksum and
-  that view is exactly the set of running members.
+  between two healthy nodes, is a ``flaps`` (ping-pong). Views converge when every running
+  member has the same view checksum and that view is exactly the set of running members.
 """
 
 from __future__ import annotations

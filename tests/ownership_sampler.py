@@ -97,7 +97,7 @@ class Round:
 
     def owns_exactly(self, expected: Mapping[str, set[int]]) -> bool:
         """Every node named answered and owns exactly its set (in both passes)."""
-        for name, parts in expected.items():
+        for name, _parts in expected.items():
             if not any(r is not None and r.node == name for r in self.second):
                 return False
         return all(r is None or r.node not in expected or set(r.owned) == expected[r.node]

@@ -358,7 +358,7 @@ def test_census_and_disown_round_trip_and_malformed_ones_are_dropped() -> None:
 def test_a_drain_reported_done_after_a_freeze_ends_ownership_at_the_lease_end() -> None:
     """A process frozen mid-drain whose application reports the drain done on waking stopped
     owning when its lease ran out (rule 1), not when it woke (fuzz seed 458)."""
-    a, b, now = settled_pair()
+    a, _b, now = settled_pair()
     a.leave(now)
     p = next(x.partition for x in a.actions() if isinstance(x, Release))
     end = a.lease.valid_until

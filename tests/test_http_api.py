@@ -189,7 +189,8 @@ def test_openapi_documents_every_route():
     async def check(client, node):
         spec = (await client.get("/openapi.json")).json()
         paths = spec["paths"]
-        for path in ("/v1/members", "/v1/placement", "/v1/owners", "/v1/route", "/healthz", "/readyz", "/metrics", "/v1/leave"):
+        for path in ("/v1/members", "/v1/placement", "/v1/owners", "/v1/route", "/healthz", "/readyz", "/metrics",
+                     "/v1/leave"):
             assert path in paths
         route_body = paths["/v1/route"]["post"]["requestBody"]["content"]
         assert set(route_body) == {"application/json", "application/msgpack"}

@@ -91,7 +91,7 @@ def live_cluster(size, **app_kwargs):
     The listening socket is bound before the thread starts, so a request sent early waits in
     the accept queue instead of failing."""
     sock = socket.create_server(("127.0.0.1", 0))
-    url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     up = threading.Event()
     stop = threading.Event()
     failure = []
