@@ -85,6 +85,7 @@ class SwimSystem:
         # Exclusive ownership: every partition owned, none in flight.
         owned = 0
         for n in members:
+            assert isinstance(n, SwimNode)  # this system makes every node (make_node)
             own = n.own
             if (own is None or own.waiting or any(o.releasing for o in own.owned.values())
                     or frozenset(own.lease.stable) != want):

@@ -277,7 +277,7 @@ class Recorder:
         sim, t0 = self.sim, self.t0
         end = sim.now
         s = self.series
-        det = [r for r in self.crashes if r.everywhere is not None]
+        detection = [r.everywhere - r.at for r in self.crashes if r.everywhere is not None]
         events = []
         membership_events = [e for e in self.events if e["_membership"]]
         for i, e in enumerate(membership_events):
@@ -295,8 +295,8 @@ class Recorder:
         node_s = self.node_seconds or 1.0
         return {
             "simulated_s": round(simulated, 3),
-            "detection_s": percentiles([r.everywhere - r.at for r in det]),
-            "detection_samples_s": [round(r.everywhere - r.at, 3) for r in det],
+            "detection_s": percentiles(detection),
+            "detection_samples_s": [round(d, 3) for d in detection],
             "first_suspect_s": percentiles([r.first_suspect - r.at for r in self.crashes
                                             if r.first_suspect is not None]),
             "first_dead_s": percentiles([r.first_dead - r.at for r in self.crashes
