@@ -89,11 +89,15 @@ class PlacementMember:
     def status(self) -> dict:
         node = self.node
         stats = node.member.core.stats
-        counters = node.ownership_status().get("counters", {})
+        counters = node.ownership_status().get("counters")
+        if not isinstance(counters, dict):  # not exclusive: no ownership counters
+            counters = {}
+        node_file = sys.modules["placement.service.node"].__file__
+        assert node_file is not None  # a module imported from a file
         return {"view": {m.node_id: m.status for m in node.members()}, "owned": len(node.owned_partitions()),
                 "acquired": counters.get("acquired", 0), "declared_dead": node.declared_dead_count,
                 "how": [counters.get(k, 0) for k in ("acquired_by_note", "acquired_by_takeover", "acquired_back")],
-                "code": os.path.dirname(os.path.dirname(sys.modules["placement.service.node"].__file__)),
+                "code": os.path.dirname(os.path.dirname(node_file)),
                 "suspicions": stats.get("suspicions", 0), "deaths": stats.get("deaths_declared", 0)}
 
     async def leave(self) -> None:
@@ -178,22 +182,24 @@ class Proc:
         cmd = [sys.executable, __file__, "member", "--system", system, "--id", self.id, "--port", str(base_port + i),
                "--seeds", str(base_port) if i else "", "--partitions", str(partitions)]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        assert json.loads(self.p.stdout.readline()).get("ready"), f"{self.id} did not start"
+        assert self.p.stdin is not None and self.p.stdout is not None  # both PIPE
+        self.stdin, self.stdout = self.p.stdin, self.p.stdout
+        assert json.loads(self.stdout.readline()).get("ready"), f"{self.id} did not start"
 
     def ask(self, line: str) -> dict:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        out = self.p.stdout.readline()
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
+        out = self.stdout.readline()
         if not out:
             raise RuntimeError(f"{self.id} exited")
         return json.loads(out)
 
     def send(self, line: str) -> None:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
 
     def read(self) -> dict:
-        return json.loads(self.p.stdout.readline())
+        return json.loads(self.stdout.readline())
 
 
 def start_cluster(args: argparse.Namespace) -> list[Proc]:

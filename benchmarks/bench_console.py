@@ -55,6 +55,7 @@ class SyntheticNode:
         self.callback_errors = 0
         self.paused = None
         self.ready = True
+        self.joined = True  # a member of a running cluster (NodeLike: the API answers only once joined)
 
     def addresses(self, ids: list[str]) -> dict[str, str]:
         return {m: self.url if self.fanout or m == self.node_id else "" for m in ids}

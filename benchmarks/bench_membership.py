@@ -33,7 +33,14 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from membership import DEAD, MemberEvent, MembershipConfig, Meta
-from simulations.members import MembershipSim
+from simulations.members import MemberNode, MembershipSim
+
+
+def incarnation(node: MemberNode, subject: str) -> int:
+    """The incarnation of ``subject`` in ``node``'s view (every node knows every member here)."""
+    info = node.core.member(subject)
+    assert info is not None, f"{node.node_id} does not know {subject}"
+    return info.incarnation
 
 
 def pct(values: list[float], p: float) -> float:
@@ -130,8 +137,7 @@ def main() -> None:
         start = net.now
         net.call(who, lambda c, now: c.update_meta(Meta(weight=1.0 + i), now))
         inc = net.nodes[who].core.incarnation
-        ok = net.run_until_true(
-            lambda: all(n.core.member(who).incarnation >= inc for n in net.up_nodes()), 30.0, 0.01)
+        ok = net.run_until_true(lambda: all(incarnation(n, who) >= inc for n in net.up_nodes()), 30.0, 0.01)
         assert ok, "update did not spread"
         spread.append(net.now - start)
         net.run_for(5.0)

@@ -77,6 +77,7 @@ def table_memory(members: dict[str, float], partitions: int, replicas: int) -> t
     lookup_cache = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     ranked = table._ranked
+    assert ranked is not None  # a full build keeps its ranking (for incremental updates)
     arrays = ranked.idx.nbytes + ranked.h.nbytes + ranked.draw.nbytes
     return arrays, peak, lookup_cache
 
@@ -148,7 +149,7 @@ def main() -> None:
     distinct = {f"node-{i:04d}": 1.0 + i / N for i in range(N)}  # every weight different
 
     print(f"# P = {P:,} partitions, N = {N:,} members, best of {R}\n")
-    tables = {}
+    tables: dict[tuple[str, int], PlacementTable] = {}
     if "build" in sections:
         print(f"## Full build (screen: {' and '.join(kernels)}; plain = plain numpy float HRW, replicas=1)\n")
         head = ["membership", "replicas"] + [f"{k} screen" for k in kernels] + ["plain"]

@@ -113,7 +113,7 @@ def main() -> None:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",") or k == "plain"}
     for fn in variants.values():  # warm-up: JIT, Python workers, file listing
         fn()
-    runs = {k: [] for k in variants}
+    runs: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeat):
         for k, fn in variants.items():
             t = time.perf_counter()

@@ -33,8 +33,11 @@ class Hosts:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logdir = Path(tempfile.mkdtemp(prefix="placement-hosts-"))
 
-    def gossip(self, name: str) -> str: ...
-    def http(self, name: str) -> str: ...
+    def gossip(self, name: str) -> str:
+        raise NotImplementedError
+
+    def http(self, name: str) -> str:
+        raise NotImplementedError
 
     def enter(self) -> None:
         """Run first in the sampler's thread (so it can reach the nodes)."""
