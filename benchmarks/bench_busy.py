@@ -21,7 +21,8 @@ every survivor sees it dead, and (placement) until its partitions are owned agai
 seconds per second) and the kill -9 detection time; run it with ``PYTHONPATH`` pointing at
 another checkout to compare designs (BENCHMARKS.md, "Busy application").
 
-    python benchmarks/bench_busy.py --system placement --nodes 4 --blocks cpu:1,cpu:5,cpu:10,cpu:30,sleep:10,gil:0.5,gil:2,gil:5
+    python benchmarks/bench_busy.py --system placement --nodes 4 \
+        --blocks cpu:1,cpu:5,cpu:10,cpu:30,sleep:10,gil:0.5,gil:2,gil:5
     python benchmarks/bench_busy.py --system kinship --nodes 4
     python benchmarks/bench_busy.py --idle --nodes 16 [--system kinship]
 """
@@ -88,11 +89,15 @@ class PlacementMember:
     def status(self) -> dict:
         node = self.node
         stats = node.member.core.stats
-        counters = node.ownership_status().get("counters", {})
+        counters = node.ownership_status().get("counters")
+        if not isinstance(counters, dict):  # not exclusive: no ownership counters
+            counters = {}
+        node_file = sys.modules["placement.service.node"].__file__
+        assert node_file is not None  # a module imported from a file
         return {"view": {m.node_id: m.status for m in node.members()}, "owned": len(node.owned_partitions()),
                 "acquired": counters.get("acquired", 0), "declared_dead": node.declared_dead_count,
                 "how": [counters.get(k, 0) for k in ("acquired_by_note", "acquired_by_takeover", "acquired_back")],
-                "code": os.path.dirname(os.path.dirname(sys.modules["placement.service.node"].__file__)),
+                "code": os.path.dirname(os.path.dirname(node_file)),
                 "suspicions": stats.get("suspicions", 0), "deaths": stats.get("deaths_declared", 0)}
 
     async def leave(self) -> None:
@@ -113,7 +118,8 @@ class KinshipMember:
 
     async def start(self) -> None:
         await self.cluster.start()
-        asyncio.ensure_future(self._watch())
+        # Kept: the loop holds tasks weakly, and an unreferenced one can be collected mid-run.
+        self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
         async for event in self.cluster.events():
@@ -176,22 +182,24 @@ class Proc:
         cmd = [sys.executable, __file__, "member", "--system", system, "--id", self.id, "--port", str(base_port + i),
                "--seeds", str(base_port) if i else "", "--partitions", str(partitions)]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        assert json.loads(self.p.stdout.readline()).get("ready"), f"{self.id} did not start"
+        assert self.p.stdin is not None and self.p.stdout is not None  # both PIPE
+        self.stdin, self.stdout = self.p.stdin, self.p.stdout
+        assert json.loads(self.stdout.readline()).get("ready"), f"{self.id} did not start"
 
     def ask(self, line: str) -> dict:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        out = self.p.stdout.readline()
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
+        out = self.stdout.readline()
         if not out:
             raise RuntimeError(f"{self.id} exited")
         return json.loads(out)
 
     def send(self, line: str) -> None:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
 
     def read(self) -> dict:
-        return json.loads(self.p.stdout.readline())
+        return json.loads(self.stdout.readline())
 
 
 def start_cluster(args: argparse.Namespace) -> list[Proc]:
@@ -280,7 +288,8 @@ def kill_and_measure(args: argparse.Namespace, procs: list[Proc], victim: Proc) 
             owned = time.monotonic() - t0
         time.sleep(0.1)
     procs.remove(victim)
-    fmt = (lambda x: "timeout" if x is None else f"{x:.1f} s")
+    def fmt(x: float | None) -> str:
+        return "timeout" if x is None else f"{x:.1f} s"
     print(f"kill -9 of {victim.id}: dead in every survivor's view after {fmt(detected)}"
           + (f", its partitions owned again after {fmt(owned)}" if args.system == "placement" else ""), flush=True)
 

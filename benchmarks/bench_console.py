@@ -55,6 +55,7 @@ class SyntheticNode:
         self.callback_errors = 0
         self.paused = None
         self.ready = True
+        self.joined = True  # a member of a running cluster (NodeLike: the API answers only once joined)
 
     def addresses(self, ids: list[str]) -> dict[str, str]:
         return {m: self.url if self.fanout or m == self.node_id else "" for m in ids}
@@ -208,7 +209,8 @@ def main() -> None:
             proc.kill()
 
     med = statistics.median
-    print(f"\n{args.members} members x {args.partitions:,} partitions x 2 replicas; /v1/map body {size / 1024:,.0f} KiB")
+    print(f"\n{args.members} members x {args.partitions:,} partitions x 2 replicas; "
+          f"/v1/map body {size / 1024:,.0f} KiB")
     print("| measure | median | min | max |\n|---|---|---|---|")
     print(f"| first paint: navigation -> map drawn and members listed ({args.loads} loads) | "
           f"{med(paints):,.0f} ms | {min(paints):,.0f} ms | {max(paints):,.0f} ms |")
@@ -218,8 +220,8 @@ def main() -> None:
           f"{med(map_lags):,.0f} ms | {min(map_lags):,.0f} ms | {max(map_lags):,.0f} ms |")
     fanout = (f"includes the agreement fan-out: {args.members - 1} /v1/checksum requests sent and answered by the "
               "node itself" if not args.no_fanout else "no agreement fan-out")
-    print(f"\nnode CPU over {args.cpu_s:.0f} s: {100 * idle:.1f}% of a core idle, {100 * open_cpu:.1f}% with one console "
-          f"open (+{100 * (open_cpu - idle):.1f}%; {fanout})")
+    print(f"\nnode CPU over {args.cpu_s:.0f} s: {100 * idle:.1f}% of a core idle, "
+          f"{100 * open_cpu:.1f}% with one console open (+{100 * (open_cpu - idle):.1f}%; {fanout})")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from host_cluster import Cluster, Loopback, alive  # noqa: E402
+from host_cluster import Cluster, Hosts, Loopback, alive
 
 
 def main() -> int:
@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=5)
     args = ap.parse_args()
+    hosts: Hosts
     if args.where == "netns":
         from netns_lab import Lab, unavailable_reason
 

@@ -53,8 +53,11 @@ def serve(port: int) -> None:
 
 
 def wrk(url: str, seconds: int = 8) -> float:
-    out = subprocess.run(["wrk", "-t1", "-c32", f"-d{seconds}s", url], capture_output=True, text=True, check=True).stdout
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    out = subprocess.run(["wrk", "-t1", "-c32", f"-d{seconds}s", url], capture_output=True, text=True,
+                         check=True).stdout
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert m is not None, out
+    return float(m.group(1))
 
 
 def bench_throughput() -> None:

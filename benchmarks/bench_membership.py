@@ -32,13 +32,20 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from membership import DEAD, MembershipConfig, MemberEvent, Meta  # noqa: E402
-from simulations.members import MembershipSim  # noqa: E402
+from membership import DEAD, MemberEvent, MembershipConfig, Meta
+from simulations.members import MemberNode, MembershipSim
+
+
+def incarnation(node: MemberNode, subject: str) -> int:
+    """The incarnation of ``subject`` in ``node``'s view (every node knows every member here)."""
+    info = node.core.member(subject)
+    assert info is not None, f"{node.node_id} does not know {subject}"
+    return info.incarnation
 
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def udp_cpu(n: int, idle_s: float = 20.0) -> None:
@@ -94,7 +101,8 @@ def main() -> None:
     for i in range(1, args.n):
         net.add(f"n{i}", seeds=["n0"])
     assert net.run_until_true(net.converged, 60.0), "no convergence"
-    print(f"N={args.n} lifeguard={cfg.lifeguard} probe {cfg.probe_interval_s}/{cfg.probe_timeout_s} s: converged after {net.now:.2f} s simulated")
+    print(f"N={args.n} lifeguard={cfg.lifeguard} probe {cfg.probe_interval_s}/{cfg.probe_timeout_s} s: "
+          f"converged after {net.now:.2f} s simulated")
     net.run_for(30.0)  # let the join gossip die down
 
     d0, t0 = net.datagrams, net.now
@@ -129,8 +137,7 @@ def main() -> None:
         start = net.now
         net.call(who, lambda c, now: c.update_meta(Meta(weight=1.0 + i), now))
         inc = net.nodes[who].core.incarnation
-        ok = net.run_until_true(
-            lambda: all(n.core.member(who).incarnation >= inc for n in net.up_nodes()), 30.0, 0.01)
+        ok = net.run_until_true(lambda: all(incarnation(n, who) >= inc for n in net.up_nodes()), 30.0, 0.01)
         assert ok, "update did not spread"
         spread.append(net.now - start)
         net.run_for(5.0)

@@ -77,6 +77,7 @@ def table_memory(members: dict[str, float], partitions: int, replicas: int) -> t
     lookup_cache = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     ranked = table._ranked
+    assert ranked is not None  # a full build keeps its ranking (for incremental updates)
     arrays = ranked.idx.nbytes + ranked.h.nbytes + ranked.draw.nbytes
     return arrays, peak, lookup_cache
 
@@ -148,7 +149,7 @@ def main() -> None:
     distinct = {f"node-{i:04d}": 1.0 + i / N for i in range(N)}  # every weight different
 
     print(f"# P = {P:,} partitions, N = {N:,} members, best of {R}\n")
-    tables = {}
+    tables: dict[tuple[str, int], PlacementTable] = {}
     if "build" in sections:
         print(f"## Full build (screen: {' and '.join(kernels)}; plain = plain numpy float HRW, replicas=1)\n")
         head = ["membership", "replicas"] + [f"{k} screen" for k in kernels] + ["plain"]
@@ -187,7 +188,8 @@ def main() -> None:
         if "numba" in kernels:
             numba_first_call()
         print("\n## Table memory (all weights distinct)\n")
-        print("| replicas | arrays (idx int32, H and draw uint64 per slot) | peak traced during build | lookup cache (owner tuples, built on first lookup) |")
+        print("| replicas | arrays (idx int32, H and draw uint64 per slot) | peak traced during build "
+              "| lookup cache (owner tuples, built on first lookup) |")
         print("|---|---|---|---|")
         for k in (1, 3):
             arrays, peak, cache = table_memory(distinct, P, k)
@@ -214,8 +216,10 @@ def incremental(tables: dict, weighted: dict[str, float], P: int, R: int) -> Non
         assert joined == PlacementTable.build(joined_members, partitions=P, replicas=k)
         assert left == PlacementTable.build(left_members, partitions=P, replicas=k)
         total = sum(weighted.values())
-        print(f"| join (weight 2) | {k} | {1000 * t_join:.1f} ms; {1000 * c_join:.1f} ms | {len(base.moved(joined))} | {P * k * 2 / (total + 2):.0f} (P*k*w/W) |")
-        print(f"| leave (weight 4) | {k} | {1000 * t_leave:.1f} ms; {1000 * c_leave:.1f} ms | {len(base.moved(left))} | {len(base.owned_by('node-0002'))} (its partitions) |")
+        print(f"| join (weight 2) | {k} | {1000 * t_join:.1f} ms; {1000 * c_join:.1f} ms | {len(base.moved(joined))} "
+              f"| {P * k * 2 / (total + 2):.0f} (P*k*w/W) |")
+        print(f"| leave (weight 4) | {k} | {1000 * t_leave:.1f} ms; {1000 * c_leave:.1f} ms | {len(base.moved(left))} "
+              f"| {len(base.owned_by('node-0002'))} (its partitions) |")
 
 
 def balance(equal: dict[str, float], P: int, N: int, R: int) -> None:
@@ -261,7 +265,7 @@ def lookups(table: PlacementTable, equal: dict[str, float], N: int, R: int) -> N
     print(f"| ratio | {ours / theirs:.1f}x |")
 
     def batch():
-        ids, idx = table.owner_indices()
+        _ids, idx = table.owner_indices()
         return idx[table.partitions_of(keys), 0]
 
     t_batch, _ = best(batch, R)

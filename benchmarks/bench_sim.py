@@ -26,6 +26,7 @@ import filecmp
 import json
 import os
 import sys
+from typing import Any
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.append(ROOT)  # after PYTHONPATH, so a mypyc build there is used
@@ -64,7 +65,7 @@ def membership_build() -> str:
 
 
 def speed(n: int, sim_s: float, repeat: int, seed: int, check_cores: bool = False) -> None:
-    specs = {
+    specs: dict[str, dict[str, Any]] = {
         "steady": {"name": "steady"},
         "crash-many": {"name": "crash-many", "params": {"count": int(sim_s // 30), "every_s": 30.0}},
         "loss5": {"name": "loss", "params": {"loss": 0.05, "crash_at_s": -1.0}},

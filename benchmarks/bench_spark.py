@@ -79,7 +79,7 @@ def route_goal(spark, df, args) -> None:
     variants = {"plain": plain, "owners": owners, "owners_py": lambda: owners("python")}
     for fn in variants.values():  # warm-up: JIT, Python workers, file listing, the UDF jar
         fn()
-    runs = {k: [] for k in variants}
+    runs: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeat):
         for k, fn in variants.items():
             runs[k].append(timed(fn))

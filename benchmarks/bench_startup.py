@@ -221,7 +221,8 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f} at the end)")
     for root in roots:
         worst = max(got[root]["h1"] + got[root]["h2"])
-        print(f"`{root}`: /healthz <= 1 s in every run: {'yes' if worst <= 1.0 else 'NO'} (worst {1000 * worst:.0f} ms)")
+        print(f"`{root}`: /healthz <= 1 s in every run: {'yes' if worst <= 1.0 else 'NO'} "
+              f"(worst {1000 * worst:.0f} ms)")
     for root in roots:
         imports = import_offenders(root, poll_s)
         print(f"\nTop-level imports of `placement.service.cli node` in `{root}` up to `/healthz` 200 (one run, "

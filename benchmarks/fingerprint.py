@@ -90,7 +90,7 @@ def main() -> int:
         if args.only and label not in args.only:
             continue
         t0 = time.perf_counter()
-        results[label] = m = run_one(argv + ["--check-cores"] if args.check_cores else argv)
+        results[label] = m = run_one([*argv, "--check-cores"] if args.check_cores else argv)
         line = f"{label:22s} {digest(m)}  ({time.perf_counter() - t0:.1f} s)"
         if args.check:
             if label not in saved:

@@ -61,7 +61,7 @@ def main() -> None:
     def where(batches):
         import spark_jobs
 
-        for b in batches:
+        for _b in batches:
             yield pa.RecordBatch.from_pydict({"file": [spark_jobs.__file__]})
             break
 
@@ -92,7 +92,7 @@ def main() -> None:
             p = (key_hashes_arrow(b.column("key"), seed) % np.uint32(parts)).astype(np.int32)
             yield b.append_column("partition", pa.array(p))
 
-    hash_schema = T.StructType(df.schema.fields + [T.StructField("partition", T.IntegerType())])
+    hash_schema = T.StructType([*df.schema.fields, T.StructField("partition", T.IntegerType())])
     variants = {
         "plain": lambda: sink(df.repartition(n, "key")),
         "pandas_identity": lambda: sink(df.mapInPandas(identity_pandas, df.schema).repartition(n, "key")),
@@ -113,7 +113,7 @@ def main() -> None:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",") or k == "plain"}
     for fn in variants.values():  # warm-up: JIT, Python workers, file listing
         fn()
-    runs = {k: [] for k in variants}
+    runs: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeat):
         for k, fn in variants.items():
             t = time.perf_counter()

@@ -16,7 +16,8 @@ import dataclasses
 import random
 import sys
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from membership import MembershipConfig
 from placement import PlacementTable
@@ -52,7 +53,7 @@ class SwimSystem:
         self.clock_skew_s = 0.0
         self._skew_rng: random.Random | None = None
 
-    def attach(self, cluster: "Cluster") -> None:
+    def attach(self, cluster: Cluster) -> None:
         self.config = dataclasses.replace(self.config, cluster_settings=cluster.placement.fingerprint())
         cluster.sim.mtu_bytes = self.config.mtu_bytes
         checks = cluster.sim.invariants
@@ -62,7 +63,7 @@ class SwimSystem:
         if cluster.check_cores:  # O(members) per step: see docs/simulations.md, "Invariants"
             checks.append(invariants.swim_core_indexes)
 
-    def make_node(self, cluster: "Cluster", node_id: str, index: int, weight: float) -> Node:
+    def make_node(self, cluster: Cluster, node_id: str, index: int, weight: float) -> Node:
         offset = 0.0
         if self.clock_skew_s:
             if self._skew_rng is None:
@@ -74,7 +75,7 @@ class SwimSystem:
                         exclusive=self.exclusive, drain_s=self.drain_s,
                         on_ownership=cluster.metrics.ownership)
 
-    def settled(self, cluster: "Cluster") -> bool:
+    def settled(self, cluster: Cluster) -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]
         want = frozenset(n.node_id for n in members)
         if not all(n.live_view() == want for n in members):
@@ -84,6 +85,7 @@ class SwimSystem:
         # Exclusive ownership: every partition owned, none in flight.
         owned = 0
         for n in members:
+            assert isinstance(n, SwimNode)  # this system makes every node (make_node)
             own = n.own
             if (own is None or own.waiting or any(o.releasing for o in own.owned.values())
                     or frozenset(own.lease.stable) != want):

@@ -36,8 +36,9 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 __all__ = ["InvariantViolation", "LinkModel", "Network", "Simulation"]
 
@@ -111,7 +112,7 @@ class Simulation:
         self.mtu_bytes = mtu_bytes
         self.nodes: dict[str, Any] = {}
         self.by_addr: dict[tuple[str, int], Any] = {}
-        self.invariants: list[Callable[["Simulation"], str | None]] = []
+        self.invariants: list[Callable[[Simulation], str | None]] = []
         self._heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._seq = itertools.count()
         self.steps = 0

@@ -18,6 +18,7 @@ from typing import Any
 
 from placement.quorum_lease import is_quorum
 
+from .cluster import Cluster
 from .engine import InvariantViolation
 from .scenarios import run_scenario
 
@@ -65,9 +66,14 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         cluster.sim.at(now + 75, cluster.heal)
         cluster.sim.at(now + 75, cluster.set_loss, 0.0)
 
-    clusters = []
+    clusters: list[Cluster] = []
+
+    def before_run(cluster: Cluster) -> None:
+        clusters.append(cluster)
+        apply(cluster)
+
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
-                          system="swim-exclusive", before_run=lambda c: (clusters.append(c), apply(c)))
+                          system="swim-exclusive", before_run=before_run)
     result["schedule"] = faults
     result["quorum_at_end"] = quorum_at_end(clusters[0])
     return result
@@ -114,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: {r['epoch_regressions']} epoch regressions", flush=True)
         if dual or args.seed is not None:
             bad += bool(dual)
-            print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} schedule {r['schedule']}",
-                  flush=True)
+            print(f"seed {seed}: {dual:g} dual-owned partition-s {r['dual_owned_examples'][:2]} "
+                  f"schedule {r['schedule']}", flush=True)
     print(f"{bad} of {len(seeds)} seeds with dual ownership or another invariant violated, "
           f"{regressed} with epoch regressions, {stuck} with partitions unowned at the end despite a "
           f"witness quorum, {quorumless} without one")

@@ -11,7 +11,8 @@ exactly, and fencing epochs are checked to rise with every acquisition of a part
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from placement.exclusive import Acquired, Ended, Release
 
@@ -120,7 +121,7 @@ class OwnershipLog:
         for (p, node), (start, _) in self.open.items():
             per.setdefault(p, []).append((start, max(start, min(end, ends.get(node, end))), node))
         dual = orphan = 0.0
-        examples = []
+        examples: list[dict[str, Any]] = []
         unowned_at_end = 0
         for p in range(partitions):
             unowned_at_end += not any(s <= end < e or s < e == end for s, e, _ in per.get(p, ()))

@@ -31,7 +31,9 @@ Models (parameters from the seeds):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Generator
+import random
+from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +43,7 @@ __all__ = ["LeaseStore", "LeaseSystem", "EventHubsNode", "DurableTaskNode", "Red
 
 
 class _Lease:
-    __slots__ = ("owner", "expires", "token")
+    __slots__ = ("expires", "owner", "token")
 
     def __init__(self) -> None:
         self.owner: str | None = None
@@ -140,15 +142,15 @@ class LeaseNode(Node):
         self.store = store
         self.partitions = len(store.leases)
         self.held: dict[int, int] = {}  # partition -> lease token: what we believe we own
-        self.rng = None
+        self.rng: random.Random | None = None  # the process's own (from start on)
         self.cycles = 0
 
     def start(self) -> None:
         super().start()
         self.held = {}
-        self.rng = self.sim.process_rng()
+        self.rng = rng = self.sim.process_rng()
         # Hosts started together do not loop in lock-step.
-        self.sim.node_at(self, self.sim.now + self.rng.random() * self.renew_s, self._cycle)
+        self.sim.node_at(self, self.sim.now + rng.random() * self.renew_s, self._cycle)
 
     def crash(self) -> None:
         super().crash()
@@ -175,14 +177,14 @@ class LeaseNode(Node):
         # The next cycle starts renew_s after this one started (a late process starts late).
         self.sim.node_at(self, self.sim.now + self.renew_s, self._cycle)
 
-    def _drive(self, gen: Generator, value: Any) -> None:
+    def _drive(self, gen: Generator[Callable[[], Any], Any, None], value: Any) -> None:
         try:
             op = gen.send(value)
         except StopIteration:
             return
         self.store.call(self, op, lambda result: self._drive(gen, result))
 
-    def loop(self) -> Generator:
+    def loop(self) -> Generator[Callable[[], Any], Any, None]:
         """One pass: renew, list, grab expired up to the fair share, else maybe steal one."""
         store, me = self.store, self.node_id
         if self.held:
@@ -202,6 +204,7 @@ class LeaseNode(Node):
         expired = [p for p, (owner, exp, _) in enumerate(leases) if exp]
         want = self.fair_share(hosts) - mine
         if want > 0 and expired:
+            assert self.rng is not None  # started: the loop runs in a started process only
             self.rng.shuffle(expired)
             take = expired[:want]
             got = yield lambda: store.acquire(me, take, self.lease_s)
@@ -210,6 +213,7 @@ class LeaseNode(Node):
         victim = self.steal_from(counts, mine, hosts)
         if victim is not None:
             theirs = [(p, tok) for p, owner, tok in live if owner == victim]
+            assert self.rng is not None  # started: the loop runs in a started process only
             p, tok = self.rng.choice(theirs)
             token = yield lambda: store.steal(me, p, tok, self.lease_s)
             if token is not None:
@@ -260,17 +264,17 @@ class RedisRaceNode(Node):
         self.partitions = len(store.leases)
         self.held: set[int] = set()
         self.next_challenge: list[float] = []
-        self.rng = None
+        self.rng: random.Random | None = None  # the process's own (from start on)
 
     def start(self) -> None:
         super().start()
         self.held = set()
-        self.rng = self.sim.process_rng()
+        self.rng = rng = self.sim.process_rng()
         now = self.sim.now
         # Challenges spread over one normal lease time (the author's "once every normal lease
         # time"); aligned challenges make the least-loaded node win every race at once.
-        self.next_challenge = [now + self.rng.random() * self.normal_lease_s for _ in range(self.partitions)]
-        self.sim.node_at(self, now + self.rng.random() * self.tick_s, self._tick)
+        self.next_challenge = [now + rng.random() * self.normal_lease_s for _ in range(self.partitions)]
+        self.sim.node_at(self, now + rng.random() * self.tick_s, self._tick)
 
     def crash(self) -> None:
         super().crash()
@@ -337,6 +341,7 @@ class RedisRaceNode(Node):
             return
         # kind == "grab": reset our own challenge timer, wait by load, then race.
         now = self.sim.now
+        assert self.rng is not None  # notified while running only (_publish)
         self.next_challenge[p] = now + self.normal_lease_s * (1.0 + 0.1 * self.rng.random())
         k = len(self.held)
         # The seed gives the owner's wait as "k * d minus half of d (so basically (k - 1) * d)";

@@ -39,17 +39,24 @@ class MemberNode(Node):
     """A process running only the membership core (see the module docstring)."""
 
     has_view = True
+    addr: Addr  # always set (given at creation, changed by a restart at another address)
+    #: The core of the current process, or of the last one once crashed (readable, for the test).
+    #: Set by ``start``, which ``MembershipSim.add`` calls on every node it creates: a node a
+    #: test can reach always has one.
+    core: Swim
 
     def __init__(self, net: MembershipSim, node_id: str, index: int, addr: Addr) -> None:
         super().__init__(net.sim, node_id, index, 1.0)
         self.net = net
         self.addr = addr
-        self.core: Swim | None = None
         #: Every event of the current process's core, in order (a restart starts a new list).
         self.events: list[Event] = []
         self._timer_at: float | None = None
 
-    def start(self, config: MembershipConfig, meta: Meta | None, incarnation: int, seeds: list[Addr]) -> None:
+    # Not Node.start's signature: a test starts a membership process with its own config, metadata,
+    # incarnation and seeds, and only through MembershipSim.add (never the generic Node.start()).
+    def start(  # type: ignore[override]
+            self, config: MembershipConfig, meta: Meta | None, incarnation: int, seeds: list[Addr]) -> None:
         super().start()
         now = self.sim.now
         self.core = Swim(config, self.node_id, self.addr, meta=meta, rng=self.sim.process_rng(), now=now,
@@ -164,9 +171,10 @@ class MembershipSim:
         else:
             if node.up:
                 node.crash()
-            if addr is not None and addr != node.addr:
-                if sim.by_addr.get(node.addr) is node:
-                    del sim.by_addr[node.addr]  # nobody listens at the old address any more
+            old = node.addr
+            if addr is not None and addr != old:
+                if sim.by_addr.get(old) is node:
+                    del sim.by_addr[old]  # nobody listens at the old address any more
                 node.addr = addr
         sim.register(node)
         config = config or self.config

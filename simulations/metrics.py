@@ -13,8 +13,8 @@ Two kinds of observation:
   moves when its single owner differs from its previous single owner; a move away from a
   *healthy* node (never crashed, stalled, slowed, cut off or left) to a node that was already
   a member at the start is a ``healthy_moves``; a move back to the owner before the last one,
-  between two healthy nodes, is a ``flaps`` (ping-pong). Views converge when every running member has the same view checksum and
-  that view is exactly the set of running members.
+  between two healthy nodes, is a ``flaps`` (ping-pong). Views converge when every running
+  member has the same view checksum and that view is exactly the set of running members.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
 
 
 class _Crash:
-    __slots__ = ("node_id", "at", "first_suspect", "first_dead", "everywhere", "led", "takeover")
+    __slots__ = ("at", "everywhere", "first_dead", "first_suspect", "led", "node_id", "takeover")
 
     def __init__(self, node_id: str, at: float, led: np.ndarray) -> None:
         self.node_id = node_id
@@ -277,7 +277,7 @@ class Recorder:
         sim, t0 = self.sim, self.t0
         end = sim.now
         s = self.series
-        det = [r for r in self.crashes if r.everywhere is not None]
+        detection = [r.everywhere - r.at for r in self.crashes if r.everywhere is not None]
         events = []
         membership_events = [e for e in self.events if e["_membership"]]
         for i, e in enumerate(membership_events):
@@ -295,8 +295,8 @@ class Recorder:
         node_s = self.node_seconds or 1.0
         return {
             "simulated_s": round(simulated, 3),
-            "detection_s": percentiles([r.everywhere - r.at for r in det]),
-            "detection_samples_s": [round(r.everywhere - r.at, 3) for r in det],
+            "detection_s": percentiles(detection),
+            "detection_samples_s": [round(d, 3) for d in detection],
             "first_suspect_s": percentiles([r.first_suspect - r.at for r in self.crashes
                                             if r.first_suspect is not None]),
             "first_dead_s": percentiles([r.first_dead - r.at for r in self.crashes

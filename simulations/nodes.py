@@ -19,16 +19,15 @@ a fixed sampling interval, which keeps a 256-node hour cheap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import numpy as np
 
-from membership import DeclaredDead, MembershipConfig, MemberEvent, Meta, Swim
+from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
-from placement import PlacementTable
-from placement import handoff_wire
-from placement.exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
+from placement import PlacementTable, handoff_wire
+from placement.exclusive import Ended, ExclusiveConfig, Ownership, Release
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
 
@@ -133,12 +132,13 @@ class SwimNode(Node):
     """A node process running the real membership core, and placement from its own view."""
 
     has_view = True
+    addr: tuple[str, int]  # always set: a gossip process has an address from its creation on
 
     def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
-                 on_event: Callable[["SwimNode", MemberEvent], None], clock_offset_s: float = 0.0,
+                 on_event: Callable[[SwimNode, MemberEvent], None], clock_offset_s: float = 0.0,
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
-                 on_ownership: Callable[["SwimNode", object], None] | None = None) -> None:
+                 on_ownership: Callable[[SwimNode, object], None] | None = None) -> None:
         super().__init__(sim, node_id, index, weight)
         #: Exclusive ownership (``placement.exclusive``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).
@@ -214,10 +214,12 @@ class SwimNode(Node):
         if self.own is not None:
             self.own.leave(self.sim.now)  # the membership leave follows once all is handed off
         else:
+            assert self.core is not None  # up: the process runs its core
             self.core.leave(self.sim.now)
         self._flush()
 
     def loop_lag(self, lag_s: float) -> None:
+        assert self.core is not None  # the engine reports lag to a running process only
         self.core.report_loop_lag(lag_s, self.sim.now)
 
     def set_weight(self, weight: float) -> None:
@@ -242,6 +244,7 @@ class SwimNode(Node):
                     own.receive_many(decoded[0], decoded[1], self.sim.now)
                 self._flush()
                 return
+        assert self.core is not None  # the engine delivers to a running process only
         self.core.receive_datagram(data, src, self.sim.now)
         self._flush()
 
@@ -249,9 +252,11 @@ class SwimNode(Node):
         if self._timer_at != t:
             return  # superseded by an earlier timer
         self._timer_at = None
+        core = self.core
+        assert core is not None  # a crash drops the process's timers (and clears _timer_at)
         if self.lag_s:
-            self.core.report_loop_lag(self.lag_s, self.sim.now)
-        self.core.handle_timer(self.sim.now)
+            core.report_loop_lag(self.lag_s, self.sim.now)
+        core.handle_timer(self.sim.now)
         if self.own is not None:
             self.own.handle_timer(self.sim.now)
         self._flush()
@@ -290,6 +295,7 @@ class SwimNode(Node):
         """After every input: the shared drain (``membership.driver``), then the ownership core,
         the exit after a leave, and the timer (earliest of both cores, ``lag_s`` late)."""
         core, sim = self.core, self.sim
+        assert core is not None  # flushed after an input to a running process only
         sim.touched.append(self)
         drain(core, self._send, self._event)
         own = self.own
@@ -318,7 +324,9 @@ class SwimNode(Node):
         now = sim.now
         if self._view_dirty:
             self._view_dirty = False
-            suspects = [m.node_id for m in self.core.live_members() if m.status == "suspect"]
+            core = self.core
+            assert core is not None  # called from _flush, with the process running
+            suspects = [m.node_id for m in core.live_members() if m.status == "suspect"]
             own.set_view(self.view, suspects, now)
         released: list[tuple[int, int]] = []
         for action in own.actions():
@@ -340,12 +348,14 @@ class SwimNode(Node):
             if node is not None and node.addr is not None:
                 for data in handoff_wire.encode_many(self.node_id, msgs):
                     sim.send(self, data, node.addr)
-        if self.leaving and own.left_ready and self.core.status == "alive" and not self.core.leave_broadcast_done:
-            if not self._swim_leave_started:
+        if self.leaving and own.left_ready:
+            core = self.core
+            assert core is not None  # a leaving process runs its core until its leave went out
+            if core.status == "alive" and not core.leave_broadcast_done and not self._swim_leave_started:
                 self._swim_leave_started = True
-                self.core.leave(now)
-                for data, dst in self.core.datagrams_to_send():
-                    sim.send(self, data, dst)
+                core.leave(now)
+                for data, addr in core.datagrams_to_send():
+                    sim.send(self, data, addr)
 
     # ------------------------------------------------------------------ observing
 

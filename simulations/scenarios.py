@@ -9,8 +9,9 @@ draws any randomness from ``cluster.sim.scenario_rng``. ``SCENARIOS`` maps names
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from membership import MembershipConfig
 from placement.exclusive import ExclusiveConfig
@@ -47,13 +48,18 @@ def _ids(cluster: Cluster) -> list[str]:
     return [n.node_id for n in cluster.nodes.values() if n.up and not n.leaving]
 
 
-def _pick(cluster: Cluster, k: int, exclude: set[str] = frozenset()) -> list[str]:
+def _pick(cluster: Cluster, k: int, exclude: Collection[str] = frozenset()) -> list[str]:
     ids = [i for i in _ids(cluster) if i not in exclude]
     return cluster.sim.scenario_rng.sample(ids, min(k, len(ids)))
 
 
 def _later(cluster: Cluster, dt: float, fn: Callable[..., None], *args: Any) -> None:
     cluster.sim.at(cluster.sim.now + dt, fn, *args)
+
+
+def _join(cluster: Cluster) -> None:
+    """One brand-new node (the engine's events return nothing: its id is not needed)."""
+    cluster.join()
 
 
 # ---------------------------------------------------------------------------- scenarios
@@ -77,7 +83,7 @@ def crash_many(cluster: Cluster, duration_s: float, count: int = 8, every_s: flo
 
 @scenario("join-one", "one new node joins at t=at_s")
 def join_one(cluster: Cluster, duration_s: float, at_s: float = 10.0) -> None:
-    _later(cluster, at_s, cluster.join)
+    _later(cluster, at_s, _join, cluster)
 
 
 @scenario("leave", "one random node leaves gracefully at t=at_s")
@@ -89,7 +95,7 @@ def leave(cluster: Cluster, duration_s: float, at_s: float = 10.0) -> None:
           nodes=8, duration_s=120.0)
 def scale_out(cluster: Cluster, duration_s: float, to: int = 32, every_s: float = 2.0) -> None:
     for i in range(max(0, to - len(_ids(cluster)))):
-        _later(cluster, 10.0 + i * every_s, cluster.join)
+        _later(cluster, 10.0 + i * every_s, _join, cluster)
 
 
 @scenario("scale-in", "shrink from --nodes to `to` nodes by graceful leaves every `every_s` s",

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ownership_sampler import Round, Sampler, WaitTimeout
 from placement import PlacementTable
+
+from ownership_sampler import Round, Sampler, WaitTimeout
 
 
 class Hosts:
@@ -32,8 +33,11 @@ class Hosts:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logdir = Path(tempfile.mkdtemp(prefix="placement-hosts-"))
 
-    def gossip(self, name: str) -> str: ...
-    def http(self, name: str) -> str: ...
+    def gossip(self, name: str) -> str:
+        raise NotImplementedError
+
+    def http(self, name: str) -> str:
+        raise NotImplementedError
 
     def enter(self) -> None:
         """Run first in the sampler's thread (so it can reach the nodes)."""

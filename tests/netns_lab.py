@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from host_cluster import Hosts
+
 SUBNET = "10.77.0"
 HUB_IP = f"{SUBNET}.254"
 _CLONE_NEWNET = 0x40000000

@@ -45,10 +45,11 @@ def overlaps(replies: Sequence[Reply | None]) -> list[tuple[int, str, str]]:
         if first is None:
             continue
         later = next((j for j in range(i + 1, len(replies))
-                      if replies[j] is not None and replies[j].node == first.node), None)
+                      if (r := replies[j]) is not None and r.node == first.node), None)
         if later is None:
             continue
         second = replies[later]
+        assert second is not None  # found just above
         held = {p for p, e in first.owned.items() if e is not None and second.owned.get(p) == e}
         for between in replies[i + 1:later]:
             if between is not None and between.node != first.node:
@@ -97,7 +98,7 @@ class Round:
 
     def owns_exactly(self, expected: Mapping[str, set[int]]) -> bool:
         """Every node named answered and owns exactly its set (in both passes)."""
-        for name, parts in expected.items():
+        for name, _parts in expected.items():
             if not any(r is not None and r.node == name for r in self.second):
                 return False
         return all(r is None or r.node not in expected or set(r.owned) == expected[r.node]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from placement.hashing import key_hash
 
 pa = pytest.importorskip("pyarrow")
-from spark_jobs.arrow_hash import key_hashes_arrow, murmur3_32_buffers
+from spark_jobs.arrow_hash import key_hashes_arrow, murmur3_32_buffers  # noqa: E402 - needs pyarrow (skip above)
 
 SEEDS = st.one_of(st.sampled_from([0, 1, 7, 42, 2**31, 2**32 - 1]), st.integers(0, 2**32 - 1))
 # Any Unicode text Arrow can hold (no lone surrogates: not valid UTF-8), weighted towards short keys

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
+from placement.errors import PlacementError
 from placement.service import node_cli
 from placement.service.cli import main
-from placement.errors import PlacementError
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -140,7 +140,7 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize("argv, flag, value", BAD_FLAGS, ids=[" ".join(c[0]) for c in BAD_FLAGS])
 def test_a_bad_flag_is_one_line_naming_flag_and_value(argv, flag, value, capsys):
-    code, out, err = run(argv, capsys)
+    code, _out, err = run(argv, capsys)
     assert code == 2
     assert_one_line(err, flag, value)
 
@@ -169,7 +169,7 @@ BAD_VARIABLES = [
 def test_a_bad_variable_is_one_line_naming_it_and_its_value(name, value, monkeypatch, capsys):
     monkeypatch.setenv(name, value)
     argv = ["node"] if name == "PLACEMENT_ID" else NODE
-    code, out, err = run(argv, capsys)
+    code, _out, err = run(argv, capsys)
     assert code == 2
     assert_one_line(err, name, repr(value.split(",")[-1]))
 
@@ -212,7 +212,7 @@ BAD_MEMBER_FILES = [
 def test_a_bad_members_file_names_the_file(content, detail, tmp_path, capsys):
     path = tmp_path / "members.json"
     path.write_text(content)
-    code, out, err = run(["table", "--members", str(path)], capsys)
+    code, _out, err = run(["table", "--members", str(path)], capsys)
     assert code == 2
     assert_one_line(err, detail, *([] if "positive" in detail else [str(path)]))
 
@@ -231,7 +231,7 @@ def test_a_bad_members_file_names_the_file(content, detail, tmp_path, capsys):
 def test_a_bad_file_names_the_file(setup, argv, detail, tmp_path, capsys):
     path = tmp_path / "file.json"
     setup(path)
-    code, out, err = run([*argv, str(path)], capsys)
+    code, _out, err = run([*argv, str(path)], capsys)
     assert code == 2
     assert_one_line(err, str(path), detail)
 
@@ -266,7 +266,7 @@ def test_a_bad_variable_while_the_parser_is_built_breaks_nothing():
 
 # ----- what the commands print ---------------------------------------------------------------
 def test_table_compares_leaders_with_the_weighted_share(capsys):
-    code, out, err = run(["table", "--member", "a=1", "--member", "b=3", "--member", "z=0", "--partitions",
+    code, out, _err = run(["table", "--member", "a=1", "--member", "b=3", "--member", "z=0", "--partitions",
                           "40000"], capsys)
     assert code == 0
     header, *rows = out.splitlines()[1:]
@@ -277,19 +277,19 @@ def test_table_compares_leaders_with_the_weighted_share(capsys):
 
 
 def test_demo_points_at_the_local_cluster(capsys):
-    code, out, err = run(["demo", "--partitions", "256"], capsys)
+    code, out, _err = run(["demo", "--partitions", "256"], capsys)
     assert code == 0 and "not built yet" not in out
     assert "make run" in out and "placement cluster" in out
 
 
 def test_simulate_prints_a_summary_or_json(capsys):
     argv = ["simulate", "crash-one", "--nodes", "5", "--duration", "15", "--quiet", "--partitions", "64"]
-    code, out, err = run(argv, capsys)
+    code, out, _err = run(argv, capsys)
     assert code == 0
     lines = out.splitlines()
     assert len(lines) <= 12 and lines[0].split()[:3] == ["run", "crash-one", "on"]
     assert any(line.startswith("detection ") and "p99" in line for line in lines)
     assert len({re.match(r"\S+( \S+)*  +", line).end() for line in lines}) == 1  # one value column
-    code, out, err = run([*argv, "--json"], capsys)
+    code, out, _err = run([*argv, "--json"], capsys)
     metrics = json.loads(out)
     assert code == 0 and metrics["scenario"] == "crash-one" and metrics["detection_s"]["n"] == 1

@@ -9,8 +9,7 @@ import collections
 import httpx
 import pytest
 
-from placement.client import (CHECKSUM_HEADER, AsyncPlacementClient, NoReplicaReachableError,
-                              PlacementClient)
+from placement.client import CHECKSUM_HEADER, AsyncPlacementClient, NoReplicaReachableError, PlacementClient
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 

@@ -47,8 +47,8 @@ def cluster():
     procs, urls = [], [f"http://127.0.0.1:{p}" for p in http]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for i in range(4):
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}", "--gossip", f"127.0.0.1:{gossip[i]}",
-               "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024"]
+        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}",
+               "--gossip", f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024"]
         if i:
             cmd += ["--join", f"127.0.0.1:{gossip[0]}"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -63,7 +63,8 @@ def cluster():
 
 def test_four_processes_agree_then_survivors_converge_after_kill_9(cluster):
     procs, urls = cluster
-    poll(lambda: all(len(httpx.get(f"{u}/v1/members", timeout=2).json()) == 4 for u in urls), 30, "4 members everywhere")
+    poll(lambda: all(len(httpx.get(f"{u}/v1/members", timeout=2).json()) == 4 for u in urls), 30,
+         "4 members everywhere")
     poll(lambda: len({checksum(u) for u in urls}) == 1, 30, "one checksum")
     with PlacementClient(urls, long_poll_s=2) as client:
         assert client.checksum == checksum(urls[0])

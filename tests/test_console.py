@@ -12,7 +12,6 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
-from test_node import FAST, eventually
 
 from placement.service.console.events import EventLog
 from placement.service.console.summary import agreement, balance, map_payload, read_map_payload
@@ -20,6 +19,8 @@ from placement.service.http_api import create_app
 from placement.service.node import Node, NodeConfig
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
+
+from test_node import FAST, eventually
 
 
 # ----- the event log (pure) ------------------------------------------------------------------

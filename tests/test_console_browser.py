@@ -17,9 +17,10 @@ import time
 
 import httpx
 import pytest
-from test_cluster_processes import free_ports, poll
 
 from placement.service.console import browser
+
+from test_cluster_processes import free_ports, poll
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(browser.missing() is not None,
                                                    reason=f"no headless browser: {browser.missing()}")]

@@ -9,19 +9,20 @@ import threading
 import httpx
 import pytest
 import uvicorn
-from test_node import FAST, eventually
 
 from placement.service.cli import main
 from placement.service.console.status import render
 from placement.service.http_api import create_app
 from placement.service.node import Node, NodeConfig
 
+from test_node import FAST, eventually
+
 
 @contextlib.contextmanager
 def live_cluster(size=2):
     """``size`` nodes gossiping on loopback, each serving HTTP; yields the URLs."""
     socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(size)]
-    urls = ["http://127.0.0.1:%d" % s.getsockname()[1] for s in socks]
+    urls = [f"http://127.0.0.1:{s.getsockname()[1]}" for s in socks]
     up, stop, failure = threading.Event(), threading.Event(), []
 
     async def run():

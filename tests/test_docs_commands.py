@@ -40,6 +40,7 @@ import pytest
 from placement.service.cli import DEMO_MEMBERS, build_parser
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
+
 from test_cluster_processes import poll
 from test_node_lifecycle import interrupt_as_a_terminal_does, kill_session
 
@@ -461,9 +462,9 @@ def test_placement_in_five_lines():
     claims = []
     for line in block.splitlines():
         code, _, comment = line.partition("#")
-        exec(code, scope)  # noqa: S102 - the README's own code
+        exec(code, scope)  # the README's own code
         if comment.strip().startswith("->"):  # "-> 398", "-> ('n2', 'n1'): owners of ..."
-            claims.append((eval(code, scope), comment.strip()[2:].split(":")[0].strip()))  # noqa: S307
+            claims.append((eval(code, scope), comment.strip()[2:].split(":")[0].strip()))
     assert len(claims) == 2
     for value, expected in claims:
         assert repr(value) == expected

@@ -3,14 +3,12 @@ its rules run in the simulator with exact interval accounting (simulations.inter
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement import PlacementTable
-from placement.exclusive import Acquired, Ended, ExclusiveConfig, Note, Ownership, Release
+from placement.exclusive import Ended, ExclusiveConfig, Note, Ownership, Release
 from placement.handoff_wire import decode, encode
 from simulations.intervals import overlaps
 from simulations.scenarios import run_scenario
@@ -300,8 +298,8 @@ def test_a_taker_learns_every_fencing_epoch_the_dead_holder_may_have_used() -> N
 
 
 def test_a_big_handoff_travels_in_few_datagrams_and_round_trips():
-    from placement.handoff_wire import MAX_BODY, decode_many, encode_many
     from placement.exclusive import NoteAck
+    from placement.handoff_wire import MAX_BODY, decode_many, encode_many
 
     msgs = [Note(p, 70_000 + p, {"offset": p}) if p % 2 else NoteAck(p, p) for p in range(3000)]
     datagrams = encode_many("n1", msgs, cluster="c")
@@ -360,7 +358,7 @@ def test_census_and_disown_round_trip_and_malformed_ones_are_dropped() -> None:
 def test_a_drain_reported_done_after_a_freeze_ends_ownership_at_the_lease_end() -> None:
     """A process frozen mid-drain whose application reports the drain done on waking stopped
     owning when its lease ran out (rule 1), not when it woke (fuzz seed 458)."""
-    a, b, now = settled_pair()
+    a, _b, now = settled_pair()
     a.leave(now)
     p = next(x.partition for x in a.actions() if isinstance(x, Release))
     end = a.lease.valid_until

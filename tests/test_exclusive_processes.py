@@ -7,6 +7,7 @@ Accounting is exact: each unit is a row stamped with the time its ``ctx.owned()`
 of successive owners (node, epoch) must not overlap, and their epochs must rise.
 """
 
+import itertools
 import os
 import signal
 import socket
@@ -40,8 +41,9 @@ class Cluster:
 
     def start(self, name: str) -> None:
         i = int(name[1:]) - 1
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", name, "--gossip", f"127.0.0.1:{self.gossip[i]}",
-               "--http", f"127.0.0.1:{self.http[i]}", "--partitions", str(P), "--worker", "sqlite_worker:Recorder"]
+        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", name,
+               "--gossip", f"127.0.0.1:{self.gossip[i]}", "--http", f"127.0.0.1:{self.http[i]}",
+               "--partitions", str(P), "--worker", "sqlite_worker:Recorder"]
         if name != "n1":
             cmd += ["--join", f"127.0.0.1:{self.gossip[0]}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PLACEMENT_TEST_DB": str(self.db),
@@ -118,7 +120,7 @@ def test_five_processes_never_work_on_a_partition_at_once_and_epochs_rise(tmp_pa
     overlaps, falling = [], []
     for p, owners in spans.items():
         chain = sorted((s, e, node, epoch) for (node, epoch), (s, e) in owners.items())
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             if b[0] <= a[1]:
                 overlaps.append((p, a, b))
             if b[3] <= a[3]:

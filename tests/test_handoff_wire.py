@@ -8,8 +8,8 @@ import random
 
 import msgpack
 
-from placement.handoff_wire import MAGIC, MAX_BODY, Reassembler, decode_many, encode_many
 from placement.exclusive import NoteAck
+from placement.handoff_wire import MAGIC, MAX_BODY, Reassembler, decode_many, encode_many
 from placement.stable_views import Decided
 
 

@@ -3,7 +3,8 @@
 import math
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placement import hashing as H
 
@@ -57,14 +58,15 @@ def test_partition_hashes_vector_equals_scalar():
 
 def test_log_is_monotone_and_accurate():
     rng = np.random.default_rng(1)
-    hs = np.sort(np.concatenate([rng.integers(0, 2**63, 20000, dtype=np.uint64) * np.uint64(2), np.array(EDGES, dtype=np.uint64)]))
+    hs = np.sort(np.concatenate([rng.integers(0, 2**63, 20000, dtype=np.uint64) * np.uint64(2),
+                                 np.array(EDGES, dtype=np.uint64)]))
     L = H.neg_log2_fp_np(hs)
     assert (np.diff(L.astype(np.int64)) <= 0).all(), "L must not increase as H grows"
-    for h, l in zip(hs.tolist()[::50], L.tolist()[::50]):
+    for h, lf in zip(hs.tolist()[::50], L.tolist()[::50]):
         u = (2 * (h >> 11) + 1) / 2**54
         exact = -math.log2(u)
         # 32 fraction bits of output plus interpolation error ~1e-7 relative
-        assert abs(l / 2**32 - exact) <= 1e-7 * exact + 2**-30
+        assert abs(lf / 2**32 - exact) <= 1e-7 * exact + 2**-30
 
 
 def test_log_endpoints():

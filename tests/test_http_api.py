@@ -137,7 +137,7 @@ def test_leave_requires_admin_token():
         assert (await client.post("/v1/leave", headers={"Authorization": "Bearer "})).status_code == 401
         r = await client.post("/v1/leave", headers={"Authorization": "bearer s3cret"})  # any case (RFC 9110)
         assert r.status_code == 202
-        await client._transport.app.state.leave_task  # noqa: SLF001 - wait for the leave to finish
+        await client._transport.app.state.leave_task  # wait for the leave to finish
         assert node.owned_partitions() == frozenset()
 
     run(check, admin_token="s3cret")
@@ -189,7 +189,8 @@ def test_openapi_documents_every_route():
     async def check(client, node):
         spec = (await client.get("/openapi.json")).json()
         paths = spec["paths"]
-        for path in ("/v1/members", "/v1/placement", "/v1/owners", "/v1/route", "/healthz", "/readyz", "/metrics", "/v1/leave"):
+        for path in ("/v1/members", "/v1/placement", "/v1/owners", "/v1/route", "/healthz", "/readyz", "/metrics",
+                     "/v1/leave"):
             assert path in paths
         route_body = paths["/v1/route"]["post"]["requestBody"]["content"]
         assert set(route_body) == {"application/json", "application/msgpack"}

@@ -71,7 +71,7 @@ def test_kustomization_lists_every_manifest():
 def test_manifests_are_valid_kubernetes(version):
     res = resources()
     assert {k.split("/")[0] for k in res} == {"ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget"}
-    for key, doc in res.items():
+    for _key, doc in res.items():
         kv.validate(doc, version, strict=True)  # raises ValidationError naming the field
 
 

@@ -60,7 +60,7 @@ def test_the_client_and_what_spark_route_runs_on_executors_need_httpx_but_no_ser
 def test_without_numba_large_builds_fall_back_to_numpy_and_only_a_forced_numba_fails():
     """The ``fast`` extra is optional: with numba unimportable, ``auto`` builds with numpy (the
     threshold lowered so a small table would take the compiled screen), ``numba`` says why."""
-    code = _without(_SERVICE_ONLY + ("numba", "llvmlite"), then="""
+    code = _without((*_SERVICE_ONLY, "numba", "llvmlite"), then="""
 from placement import rendezvous
 rendezvous._NUMBA_MIN_PAIRS = 0
 big = PlacementTable.build({f"m{i}": 1.0 + i for i in range(50)}, partitions=512, replicas=2)

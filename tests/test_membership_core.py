@@ -7,7 +7,17 @@ import random
 import pytest
 
 from membership import (
-    ALIVE, DEAD, LEFT, SUSPECT, IdConflict, JoinAttempt, JoinRefused, MembershipConfig, Meta, RefusedPeer, Swim,
+    ALIVE,
+    DEAD,
+    LEFT,
+    SUSPECT,
+    IdConflict,
+    JoinAttempt,
+    JoinRefused,
+    MembershipConfig,
+    Meta,
+    RefusedPeer,
+    Swim,
 )
 from membership.messages import Ack, Alive, Ping, Suspect
 from membership.queue import BroadcastQueue
@@ -456,7 +466,8 @@ def test_network_partition_heals_and_clusters_merge():
     net.partition(a, b)
     assert net.run_until_true(lambda: all(net.converged(side) for side in (a, b)), 40.0)
     net.heal()
-    assert net.run_until_true(lambda: net.converged() and len({n.core.view_checksum for n in net.nodes.values()}) == 1, 60.0)
+    assert net.run_until_true(
+        lambda: net.converged() and len({n.core.view_checksum for n in net.nodes.values()}) == 1, 60.0)
 
 
 def test_graceful_leave_is_announced_and_not_mistaken_for_a_failure():
@@ -497,7 +508,8 @@ def test_every_datagram_respects_the_mtu_even_with_large_metadata():
     net = MembershipSim(20, config=cfg)
     sizes = []
     net.on_send = lambda now, src, dst, data: sizes.append(len(data))
-    big = lambda i: Meta(http=f"http://10.0.0.1:{8000 + i}", tags={"rack": "r" * 150, "i": str(i)})
+    def big(i):
+        return Meta(http=f"http://10.0.0.1:{8000 + i}", tags={"rack": "r" * 150, "i": str(i)})
     net.add("n0", meta=big(0))
     for i in range(1, 25):
         net.add(f"n{i}", seeds=["n0"], meta=big(i))

@@ -13,7 +13,17 @@ from hypothesis import strategies as st
 from membership import MembershipConfig, Meta, Swim
 from membership.messages import Alive, Dead, Suspect
 from membership.status import (
-    ALIVE, ALIVE_MARGIN_MIN, DEAD, EVENT_KINDS, LEFT, PRECEDENCE, STATUSES, SUSPECT, EventKind, Status, supersedes,
+    ALIVE,
+    ALIVE_MARGIN_MIN,
+    DEAD,
+    EVENT_KINDS,
+    LEFT,
+    PRECEDENCE,
+    STATUSES,
+    SUSPECT,
+    EventKind,
+    Status,
+    supersedes,
 )
 from membership.wire import Codec, Keyring
 

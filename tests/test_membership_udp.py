@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from membership import DEAD, IdConflict, MembershipConfig, MemberEvent, Meta
+from membership import DEAD, IdConflict, MemberEvent, MembershipConfig, Meta
 from membership.aio import start_member
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,

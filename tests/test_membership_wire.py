@@ -133,7 +133,7 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 @FUZZ
 @given(st.binary(max_size=2000))
 def test_random_bytes_are_dropped_and_counted(data):
-    cfg, core = _fuzz_target()
+    _cfg, core = _fuzz_target()
     before = snapshot(core)
     core.receive_datagram(data, ("10.6.6.6", 6), 1.0)
     assert snapshot(core) == before
@@ -189,7 +189,7 @@ def test_mutated_plaintext_datagrams_never_raise_or_break_the_view(data):
 
 
 def test_a_datagram_we_cannot_read_gets_one_notice_a_second_and_notices_are_never_answered():
-    cfg, core = _fuzz_target((KEY1,))
+    _cfg, core = _fuzz_target((KEY1,))
     foreign = forge(MembershipConfig(keys=(b"y" * 16,)), "x1", [Nack(1)])
     sender = ("10.6.6.6", 6)
     for t in (1.0, 1.5, 2.1):
@@ -206,7 +206,7 @@ def test_a_datagram_we_cannot_read_gets_one_notice_a_second_and_notices_are_neve
 def test_a_notice_is_read_before_the_version_byte():
     other_version = bytearray(encode_notice("unknown_version"))
     other_version[2] = 9
-    cfg, core = _fuzz_target()
+    _cfg, core = _fuzz_target()
     core.join([("10.6.6.6", 6)], 1.0)
     core.receive_datagram(bytes(other_version), ("10.6.6.6", 6), 1.1)
     assert core.stats["dropped_notice"] == 1 and core.stats["dropped_unknown_version"] == 0
@@ -241,7 +241,7 @@ def test_replayed_datagram_is_dropped():
 
 
 def test_datagrams_with_an_unknown_key_or_without_encryption_are_dropped():
-    cfg, core = _fuzz_target((KEY1,))
+    _cfg, core = _fuzz_target((KEY1,))
     before = snapshot(core)
     core.receive_datagram(forge(MembershipConfig(keys=(KEY2,)), "x9", [Alive("x9", 1, ("10.0.0.9", 9), Meta())]),
                           ("10.0.0.9", 9), 1.0)
@@ -269,7 +269,7 @@ def test_key_rotation_without_downtime():
     ids = list(net.nodes)
     steps = [lambda r: r.install(KEY2), lambda r: r.use(KEY2), lambda r: r.remove(KEY1)]
     for step in steps:
-        for i, node_id in enumerate(ids):  # members change one by one, traffic keeps flowing
+        for _i, node_id in enumerate(ids):  # members change one by one, traffic keeps flowing
             step(net.nodes[node_id].core.keyring)
             net.run_for(0.7)
         net.run_for(3.0)

@@ -18,7 +18,6 @@ import pytest
 
 from host_cluster import Cluster, alive
 from netns_lab import Lab, unavailable_reason
-from ownership_sampler import WaitTimeout
 
 _REASON = unavailable_reason() if sys.platform == "linux" else "network namespaces are Linux only"
 pytestmark = [pytest.mark.slow, pytest.mark.netns,

@@ -59,7 +59,8 @@ def test_cluster_converges_and_owns_every_partition_once():
         owned = [n.owned_partitions() for n in nodes]
         assert sum(len(o) for o in owned) == P and frozenset().union(*owned) == frozenset(range(P))
         assert all(n.ready for n in nodes)
-        assert {n.leader("scheduler") for n in nodes} == {nodes[0].table.owner(nodes[0].table.partition_of("scheduler"))}
+        first = nodes[0].table
+        assert {n.leader("scheduler") for n in nodes} == {first.owner(first.partition_of("scheduler"))}
         for n in nodes:
             await n.leave()
 

@@ -23,7 +23,8 @@ import pytest
 from placement.service.http_api import create_app
 from placement.service.node import Node
 from placement.service.node_sync import NodeThread
-from test_node_exclusive import FAST, P, Ledger, config, eventually, owned_once
+
+from test_node_exclusive import FAST, Ledger, P, config, eventually, owned_once
 
 # Lifeguard's suspicion timeout here: 1 s once two others confirm (the floor), at most 6 s.
 QUICK_DEATH = replace(FAST, suspicion_min_floor_s=1.0)

@@ -8,6 +8,7 @@ one process, so overlaps between nodes are exact, not sampled.
 """
 
 import asyncio
+import itertools
 import time
 
 import httpx
@@ -84,7 +85,7 @@ class Ledger:
         bad = []
         for p, ivs in by_p.items():
             ivs.sort()
-            for a, b in zip(ivs, ivs[1:]):
+            for a, b in itertools.pairwise(ivs):
                 if b[0] < a[1]:
                     bad.append((p, a, b))
         return bad
@@ -139,9 +140,9 @@ def test_a_cluster_owns_every_partition_exactly_once_and_hands_off_with_payloads
         assert ledger.overlaps() == []
         # Epochs rise along each partition's chain of handoffs.
         by_p: dict[int, list] = {}
-        for p, s, e, w, ep in sorted(ledger.intervals(), key=lambda x: x[1]):
+        for p, _s, _e, _w, ep in sorted(ledger.intervals(), key=lambda x: x[1]):
             by_p.setdefault(p, []).append(ep)
-        assert all(a < b for eps in by_p.values() for a, b in zip(eps, eps[1:]))
+        assert all(a < b for eps in by_p.values() for a, b in itertools.pairwise(eps))
         for n in rest:
             await n.leave()
 

@@ -52,8 +52,8 @@ class NodeProcess:
         self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", node_id, "--gossip", f"127.0.0.1:{self.gossip}",
-               "--http", f"{http_host}:{self.http}", *flags]
+        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", node_id,
+               "--gossip", f"127.0.0.1:{self.gossip}", "--http", f"{http_host}:{self.http}", *flags]
         if http_host != "127.0.0.1":
             cmd += ["--http-advertise", self.url]
         with self.out.open("w") as out, self.err.open("w") as err:
@@ -182,8 +182,8 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
     urls = [f"http://127.0.0.1:{http + i}" for i in range(2)]
     log = tmp_path / "cluster.out"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "placement.service.cli", "cluster", "--nodes", "2", "--partitions", "64",
-                                 "--gossip-port", str(gossip), "--http-port", str(http)],
+        proc = subprocess.Popen([sys.executable, "-m", "placement.service.cli", "cluster", "--nodes", "2",
+                                 "--partitions", "64", "--gossip-port", str(gossip), "--http-port", str(http)],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=interrupt_as_a_terminal_does)
     try:
@@ -191,7 +191,8 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
         # Its nodes take `spark-route --deliver` batches (issue 16 item 6: the README example).
         owner = httpx.get(urls[0] + "/v1/owners", params={"key": "order-42"}, timeout=2).json()["owners"][0]["http"]
         batch = {"job": "readme", "items": [{"id": 1, "key": "order-42"}]}
-        poll(lambda: httpx.post(owner + "/v1/work", json=batch, timeout=2).status_code == 200, 10, "the owner took work")
+        poll(lambda: httpx.post(owner + "/v1/work", json=batch, timeout=2).status_code == 200, 10,
+             "the owner took work")
         assert httpx.post(owner + "/v1/work", json=batch, timeout=2).json() == {"accepted": 0, "duplicates": 1}
         assert httpx.post(urls[1] + "/v1/leave", timeout=5).status_code == 202
         poll(lambda: "node n2 exited with status 0; 1 still running" in log.read_text(), 15, "the exit reported")

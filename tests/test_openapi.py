@@ -30,10 +30,11 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
-from test_node import FAST, eventually
 
 from placement.service.http_api import MSGPACK, create_app
 from placement.service.node import Node, NodeConfig
+
+from test_node import FAST, eventually
 
 TOKEN = "s3cret"
 LONG_POLL_CAP_S = 0.2
@@ -90,7 +91,7 @@ def live_cluster(size, **app_kwargs):
     The listening socket is bound before the thread starts, so a request sent early waits in
     the accept queue instead of failing."""
     sock = socket.create_server(("127.0.0.1", 0))
-    url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     up = threading.Event()
     stop = threading.Event()
     failure = []

@@ -8,13 +8,14 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("numba", reason="numba not installed (pip install -e '.[fast]')")
 
-from placement import PlacementTable, rendezvous, screen_numba  # noqa: E402
-from placement.hashing import pair_gaps_np, partition_hashes, premix_np  # noqa: E402
-from placement.rendezvous import Members, validate_members  # noqa: E402
+from placement import rendezvous, screen_numba
+from placement.hashing import pair_gaps_np, partition_hashes, premix_np
+from placement.rendezvous import Members, validate_members
 
 
 def reference_screen(hp: np.ndarray, ms: Members, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -54,7 +54,7 @@ def test_durabletask_crash_waits_for_lease_expiry() -> None:
 
 def test_eventhubs_graceful_leave_releases_leases() -> None:
     r = run_scenario("leave", nodes=4, duration_s=60, partitions=16, system="eventhubs")
-    leave = [e for e in r["events"] if e["kind"] == "leave"][0]
+    leave = next(e for e in r["events"] if e["kind"] == "leave")
     assert leave["rebalance_s"] is not None and leave["rebalance_s"] <= 25
     assert r["dual_ownership_partition_s"] == 0 or r["moved_partitions"] > r["optimal_moves"]
 

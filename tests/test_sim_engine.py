@@ -84,7 +84,7 @@ def test_a_crashed_node_is_suspected_within_three_periods_and_skewed_clocks_stil
 
 def test_split_merges_after_heal() -> None:
     r = run_scenario("split", nodes=8, duration_s=60, seed=4, partitions=256, params={"split_s": 20.0})
-    heal = [e for e in r["events"] if e["kind"] == "heal"][0]
+    heal = next(e for e in r["events"] if e["kind"] == "heal")
     assert heal["converged_s"] is not None and heal["converged_s"] < 15
     assert r["false_deaths"] > 0  # each side declares the other dead: expected in a split
     assert r["dual_ownership_partition_s"] > 0

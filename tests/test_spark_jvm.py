@@ -70,7 +70,8 @@ def test_both_engines_equal_the_table_row_for_row(jvm_spark, engine):
     snap = PlacementSnapshot(table, {})
     keys = tricky_keys()
     column = "routing key"  # quoted in the JVM path's SQL
-    df = jvm_spark.createDataFrame([(k, 1) for k in keys] + [(None, 2)], "k string, n int").withColumnRenamed("k", column)
+    df = jvm_spark.createDataFrame([(k, 1) for k in keys] + [(None, 2)], "k string, n int")
+    df = df.withColumnRenamed("k", column)
     rows = route.assign_owners(jvm_spark, df, column, snap, engine=engine).collect()
     assert len(rows) == len(keys) + 1
     assert set(table.members) == {r.owner for r in rows if r.owner is not None}

@@ -1,7 +1,8 @@
 """mypy and ruff on the paths kept clean so far (their settings: pyproject.toml).
 
-placement/ (placement/service/ included), spark_jobs/ and membership/ are clean; simulations/,
-benchmarks/ and tests/ are not checked yet. A failure prints the checker's own report. Skipped when
+Checked: mypy and ruff on placement/ (placement/service/ included), spark_jobs/, membership/,
+simulations/ and benchmarks/; ruff alone on tests/ (150 mypy errors left there: optional results
+used unchecked, unions of event types). A failure prints the checker's own report. Skipped when
 the checker is not installed (both are in the ``dev`` extra).
 """
 
@@ -15,20 +16,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CLEAN_PATHS = ("placement", "spark_jobs", "membership")
+CLEAN_PATHS = ("placement", "spark_jobs", "membership", "simulations", "benchmarks")  # mypy and ruff
+LINT_CLEAN_PATHS = (*CLEAN_PATHS, "tests")  # ruff
 
 
 def _run(module: str, *args: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed (it is in the dev extra: pip install -e '.[dev]')")
-    r = subprocess.run([sys.executable, "-m", module, *args, *CLEAN_PATHS], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{module} {' '.join(args)} found problems:\n{r.stdout}{r.stderr}"
 
 
 def test_mypy_finds_no_type_errors():
-    _run("mypy")
+    _run("mypy", *CLEAN_PATHS)
 
 
 def test_ruff_finds_no_lint_errors():
-    _run("ruff", "check")
+    _run("ruff", "check", *LINT_CLEAN_PATHS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from types import SimpleNamespace
 
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 from membership import Meta
 from membership.aio import Subscription, SubscriptionOverflow
 from membership.messages import MemberEvent, MemberInfo
-from placement.service.node import _ChangeStream
 from placement.ownership import OwnershipChange
+from placement.service.node import _ChangeStream
 
 owned_sets = st.lists(st.frozensets(st.integers(0, 15)), min_size=1, max_size=8)
 
@@ -27,7 +28,7 @@ def _change(before: frozenset[int], after: frozenset[int], tag: str) -> Ownershi
 def test_merged_changes_equal_the_net_change_of_the_sequence(start, states):
     # Reference: the reader's owned set after applying each change one by one.
     seq = [start, *states]
-    changes = [_change(a, b, f"t{i}") for i, (a, b) in enumerate(zip(seq, seq[1:]))]
+    changes = [_change(a, b, f"t{i}") for i, (a, b) in enumerate(itertools.pairwise(seq))]
     merged = changes[0]
     for c in changes[1:]:
         merged = merged.then(c)

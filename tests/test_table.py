@@ -8,7 +8,8 @@ import sys
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placement import InvalidConfigError, NoOwnerError, PlacementTable, SnapshotError
 
@@ -116,14 +117,15 @@ def test_join_with_any_weight_equals_full_build(weight, replicas, seed):
 def test_incremental_single_changes_on_a_larger_table():
     base = members(50)
     t = PlacementTable.build(base, partitions=P, replicas=2)
-    changes = [{**base, "new": 1.0}, base, {**base, "node-010": 3.0}, {k: v for k, v in base.items() if k != "node-000"}]
+    changes = [{**base, "new": 1.0}, base, {**base, "node-010": 3.0},
+               {k: v for k, v in base.items() if k != "node-000"}]
     for step in changes:
         t = t.with_members(step)
         assert t == PlacementTable.build(step, partitions=P, replicas=2)
 
 
 def test_order_independence():
-    items = list(members(30).items()) + [("heavy", 3.0)]
+    items = [*members(30).items(), ("heavy", 3.0)]
     a = PlacementTable.build(dict(items), partitions=P, replicas=2)
     b = PlacementTable.build(dict(reversed(items)), partitions=P, replicas=2)
     assert a == b and a.checksum == b.checksum
@@ -227,7 +229,8 @@ def test_malformed_snapshots_are_rejected():
 def test_bounded_respects_caps_and_is_order_independent():
     weights = {f"m{i}": float(1 + i % 3) for i in range(60)}
     a = PlacementTable.build(weights, partitions=P, replicas=2, seed=1, capacity_factor=1.05)
-    b = PlacementTable.build(dict(reversed(list(weights.items()))), partitions=P, replicas=2, seed=1, capacity_factor=1.05)
+    b = PlacementTable.build(dict(reversed(list(weights.items()))), partitions=P, replicas=2, seed=1,
+                             capacity_factor=1.05)
     assert a == b
     load, total = a.load(leader_only=False), sum(weights.values())
     for m, w in weights.items():
@@ -261,7 +264,9 @@ def test_bounded_is_stable_matching():
             assert key(p, i) > worst, "member would rather hold partition p"
 GOLDEN_ROW0 = ['n22', 'n7', 'n5']
 GOLDEN_ROW4095 = ['n20', 'n11', 'n12']
-GOLDEN_LOAD = {'n0': 79, 'n1': 155, 'n10': 165, 'n11': 225, 'n12': 86, 'n13': 165, 'n14': 255, 'n15': 102, 'n16': 154, 'n17': 230, 'n18': 103, 'n19': 160, 'n2': 249, 'n20': 288, 'n21': 82, 'n22': 182, 'n23': 243, 'n24': 71, 'n3': 91, 'n4': 152, 'n5': 265, 'n6': 83, 'n7': 173, 'n8': 256, 'n9': 82}
+GOLDEN_LOAD = {'n0': 79, 'n1': 155, 'n10': 165, 'n11': 225, 'n12': 86, 'n13': 165, 'n14': 255, 'n15': 102, 'n16': 154,
+               'n17': 230, 'n18': 103, 'n19': 160, 'n2': 249, 'n20': 288, 'n21': 82, 'n22': 182, 'n23': 243,
+               'n24': 71, 'n3': 91, 'n4': 152, 'n5': 265, 'n6': 83, 'n7': 173, 'n8': 256, 'n9': 82}
 
 
 def test_lone_surrogate_keys_raise_instead_of_crashing():

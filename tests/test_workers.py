@@ -4,10 +4,12 @@ epochs, and "lost" on a takeover. Units of work are accounted exactly, with this
 clock, only when ``ctx.owned()`` allowed them."""
 
 import asyncio
+import itertools
 import time
 
 from placement.service.node import Node
 from placement.service.workers import PartitionProcessor, PartitionWorkers
+
 from test_node_exclusive import P, config, eventually, owned_once
 
 
@@ -60,7 +62,7 @@ class Journal:
         bad = []
         for p, spans in by_p.items():
             spans.sort()
-            bad += [(p, a, b) for a, b in zip(spans, spans[1:]) if b[0] <= a[1]]
+            bad += [(p, a, b) for a, b in itertools.pairwise(spans) if b[0] <= a[1]]
         return bad
 
 
@@ -99,9 +101,9 @@ def test_processors_run_per_partition_hand_checkpoints_on_and_never_overlap():
             assert pl == sum(1 for q, _, ep, _ in journal.units if q == p and ep < e), (p, n, e, pl)
         # Epochs of each partition rise with each new owner; work never overlaps.
         by_p: dict[int, list[int]] = {}
-        for p, n, e, _ in journal.opened:
+        for p, _n, e, _ in journal.opened:
             by_p.setdefault(p, []).append(e)
-        assert all(a < b for eps in by_p.values() for a, b in zip(eps, eps[1:]))
+        assert all(a < b for eps in by_p.values() for a, b in itertools.pairwise(eps))
         assert journal.overlaps() == []
         assert {r for _, n, r in journal.closed if n == "n3"} == {"released"}
         for n, w in zip(rest, workers):
@@ -132,7 +134,7 @@ def test_a_killed_owners_partitions_restart_elsewhere_with_higher_epochs():
         await eventually(lambda: lost <= workers[0].running() | workers[1].running())
         taken = [(p, n, e, pl) for p, n, e, pl in journal.opened[before:] if p in lost]
         assert {p for p, *_ in taken} == lost
-        for p, n, e, pl in taken:
+        for p, _n, e, pl in taken:
             assert e > epochs[p], (p, e, epochs[p])  # fencing: the store refuses the dead owner
             assert pl is None  # a takeover: no checkpoint came from the dead owner
         assert all(t < killed for p, n, e, t in journal.units if n == "n3")
