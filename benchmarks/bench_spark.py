@@ -21,10 +21,10 @@ import statistics
 import tempfile
 import time
 
+from placement.service.work_sink import LocalSinkCluster
 from spark_jobs import route
 from spark_jobs.deliver import DeliveryOptions
 from spark_jobs.session import get_session
-from spark_jobs.sink import LocalSinkCluster
 
 PARTITIONS = 1024
 

@@ -27,9 +27,9 @@ import statistics
 import tempfile
 import time
 
+from placement.service.work_sink import LocalSinkCluster
 from spark_jobs import route
 from spark_jobs.session import get_session
-from spark_jobs.sink import LocalSinkCluster
 
 PARTITIONS = 1024
 

@@ -6,7 +6,7 @@ ends in exactly one outcome row: ``delivered`` (a 200 took it) or ``failed`` (wi
 
 * 200: delivered. A different ``X-Placement-Checksum`` on the answer means our snapshot is
   outdated: refresh it for the next batches (the receiver checked ownership, so these are done).
-* 421: the receiver took none of the batch (see ``spark_jobs.sink``): refresh the snapshot
+* 421: the receiver took none of the batch (see ``placement.service.work_sink``): refresh the snapshot
   (from any node but the one that refused) and re-route every item of the batch.
 * connection error, timeout, 429 or 5xx: retry with exponential backoff; before each retry
   refresh the snapshot and re-route if the owner changed (a node that died or left is no longer

@@ -348,7 +348,7 @@ def write_by_owner(spark, routed, key_column: str, snapshot: PlacementSnapshot, 
 def deliver(spark, routed, key_column: str, snapshot: PlacementSnapshot, urls: Sequence[str],
             options: DeliveryOptions = DEFAULT_OPTIONS, work_dir: str | None = None,
             tasks: int | None = None) -> RouteReport:
-    """POST every owner's items to it (see ``spark_jobs.sink`` for the contract); account for all."""
+    """POST every owner's items to it (see ``placement.service.work_sink`` for the contract); account for all."""
     from pyspark.sql import types as T
 
     if not any(snapshot.addresses.values()):

@@ -1,8 +1,8 @@
 """A work sink that freezes itself at an exact point of a job, for a test to ``kill -9`` it there.
 
-    python tests/sink_stop_after.py N <python -m spark_jobs.sink flags>
+    python tests/sink_stop_after.py N <python -m placement.service.work_sink flags>
 
-It is ``spark_jobs.sink`` except that when a batch arrives after it has taken N batches, it stops
+It is ``placement.service.work_sink`` except that when a batch arrives after it has taken N batches, it stops
 itself with SIGSTOP *before* taking that batch (no journal line, no answer). The test sees the
 stop (``waitpid(WUNTRACED)``) and sends SIGKILL: a node killed mid-delivery, at a point chosen by
 the test rather than by a sleep, with exactly N batches acknowledged.
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from spark_jobs import sink
+from placement.service import work_sink as sink
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from spark_jobs.sink import WorkBatch, WorkLog, main, read_journal
+from placement.service.work_sink import WorkBatch, WorkLog, main, read_journal
 
 
 def batch(job: str, ids: list[int]) -> WorkBatch:

@@ -8,9 +8,9 @@ import pytest
 from fastapi import HTTPException
 
 from membership import MembershipConfig
+from placement.service.work_sink import LocalSinkCluster
 from spark_jobs import route
 from spark_jobs.deliver import DeliveryOptions
-from spark_jobs.sink import LocalSinkCluster
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ driver, and the work sinks are separate processes that can be killed with SIGKIL
 
 Owners are recomputed here, in this process, from the placement the job planned with (scalar
 ``PlacementTable.lookup``), and compared with where every item ended up. The sinks keep a journal
-(``spark_jobs.sink --journal``) flushed before each 200, so even a killed sink's own count can be
+(``placement.service.work_sink --journal``) flushed before each 200, so even a killed sink's own count can be
 compared with the job's report.
 """
 
@@ -24,8 +24,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from placement.service.work_sink import LocalSinkCluster, read_journal
 from spark_jobs import route
-from spark_jobs.sink import LocalSinkCluster, read_journal
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def free_port(kind: int) -> int:
 
 
 class SinkProcesses:
-    """``n`` ``python -m spark_jobs.sink`` processes with journals; ``stop_after`` {index: N} runs
+    """``n`` ``python -m placement.service.work_sink`` processes with journals; ``stop_after`` {index: N} runs
     that one as ``tests/sink_stop_after.py N`` (freezes before taking batch N+1)."""
 
     def __init__(self, root: Path, n: int, stop_after: dict[int, int]) -> None:
@@ -135,7 +135,7 @@ class SinkProcesses:
             gossip, http = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
             journal = str(root / f"n{i + 1}.jsonl")
             entry = ([str(REPO / "tests" / "sink_stop_after.py"), str(stop_after[i])] if i in stop_after
-                     else ["-m", "spark_jobs.sink"])
+                     else ["-m", "placement.service.work_sink"])
             cmd = [sys.executable, *entry, "--id", f"n{i + 1}", "--gossip", f"127.0.0.1:{gossip}",
                    "--http", f"127.0.0.1:{http}", "--partitions", str(P), "--journal", journal]
             if seed:

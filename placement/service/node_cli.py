@@ -153,7 +153,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
                 work_sink: bool = False) -> int:
     """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
     one processor per owned partition (``placement.service.workers``). ``work_sink``: also accept
-    ``POST /v1/work`` (``spark_jobs.sink``: records what it receives), so that
+    ``POST /v1/work`` (``placement.service.work_sink``: records what it receives), so that
     ``spark-route --deliver`` has a receiver."""
     import uvicorn
 
@@ -171,7 +171,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     workers = PartitionWorkers(node, worker) if worker is not None else None
     done = asyncio.Event()
     if work_sink:
-        from spark_jobs.sink import create_sink_app  # (the Spark jobs' package; imported only here)
+        from placement.service.work_sink import create_sink_app  # (only a --work-sink node needs it)
 
         app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
     else:

@@ -21,7 +21,7 @@ The delivery contract (what any receiving application implements):
 
 Run one as an example (same flags as ``placement node``)::
 
-    python -m spark_jobs.sink --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001 [--journal n1.jsonl]
+    python -m placement.service.work_sink --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001 [--journal n1.jsonl]
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class LocalSinkCluster:
 def main(argv: list[str] | None = None) -> int:
     from placement.service.node_cli import add_node_arguments, config_from_args
 
-    parser = argparse.ArgumentParser(prog="python -m spark_jobs.sink", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m placement.service.work_sink", description=__doc__.split("\n\n")[0])
     add_node_arguments(parser)
     parser.add_argument("--journal", metavar="FILE",
                         help="append every accepted batch here as a JSON line, flushed before the 200")
