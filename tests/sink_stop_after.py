@@ -24,7 +24,7 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGSTOP)
         return accept(self, batch)
 
-    sink.WorkLog.accept = accept_or_freeze
+    sink.WorkLog.accept = accept_or_freeze  # type: ignore[method-assign]  # the patch is the point
     return sink.main(sys.argv[2:])
 
 

@@ -21,10 +21,18 @@ from placement.service import node_cli
 from placement.service.cli import main
 
 
+def _value_column(line: str) -> int:
+    """Where a line's value starts: after its label and a gap of two or more spaces."""
+    m = re.match(r"\S+( \S+)*  +", line)
+    assert m is not None, line
+    return m.end()
+
+
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's usage errors
+        assert isinstance(exc.code, int), exc.code
         code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
@@ -289,7 +297,7 @@ def test_simulate_prints_a_summary_or_json(capsys):
     lines = out.splitlines()
     assert len(lines) <= 12 and lines[0].split()[:3] == ["run", "crash-one", "on"]
     assert any(line.startswith("detection ") and "p99" in line for line in lines)
-    assert len({re.match(r"\S+( \S+)*  +", line).end() for line in lines}) == 1  # one value column
+    assert len({_value_column(line) for line in lines}) == 1  # one value column
     code, out, _err = run([*argv, "--json"], capsys)
     metrics = json.loads(out)
     assert code == 0 and metrics["scenario"] == "crash-one" and metrics["detection_s"]["n"] == 1

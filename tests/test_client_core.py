@@ -24,6 +24,7 @@ from placement.client.core import (
     Done,
     NoNodeReachableError,
     NoReplicaReachableError,
+    Outcome,
     Pause,
     advance,
 )
@@ -82,7 +83,7 @@ class Driver:
         self.steps: list[Call | Pause] = []
 
     def run(self, plan):
-        outcome = None
+        outcome: Outcome = None
         while not isinstance(step := advance(plan, outcome), Done):
             self.steps.append(step)
             if isinstance(step, Pause):
@@ -250,7 +251,7 @@ SCENARIO = [("GET", True), ("POST", False), ("POST", False)]
 
 
 def run_sync(script, urls):
-    results = []
+    results: list[int | str] = []
     with PlacementClient(urls, refresh=False, transport=httpx.MockTransport(script.handle)) as client:
         for method, idempotent in SCENARIO:
             try:
@@ -262,7 +263,7 @@ def run_sync(script, urls):
 
 def run_async(script, urls):
     async def main():
-        results = []
+        results: list[int | str] = []
         client = await AsyncPlacementClient.connect(urls, refresh=False, transport=httpx.MockTransport(script.handle))
         async with client:
             for method, idempotent in SCENARIO:

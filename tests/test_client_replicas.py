@@ -28,7 +28,7 @@ class Cluster:
         self.snap = snapshot("abc")
         self.down: set[str] = set()
         self.misdirect: set[str] = set()
-        self.hits = collections.Counter()
+        self.hits: collections.Counter[str] = collections.Counter()
         self.sent_checksums = []
 
     def handle(self, request):

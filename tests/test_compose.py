@@ -24,7 +24,7 @@ def test_compose_services_parse_with_the_cli():
         config, http = config_from_args(args)
         assert config.gossip_bind[0] == "0.0.0.0" and http[0] == "0.0.0.0"
         assert config.gossip_advertise == (name, 7001) and config.http_advertise == f"http://{name}:8001"
-        assert all(host in services for host, _ in config.join)
+        assert all(isinstance(seed, tuple) and seed[0] in services for seed in config.join)  # HOST:PORT seeds
         ids.add(config.node_id)
         assert service["build"] == "." and service["environment"]["PLACEMENT_PARTITIONS"] == "4096"
     assert len(ids) == len(services)

@@ -27,7 +27,7 @@ def live_cluster(size=2):
 
     async def run():
         async with contextlib.AsyncExitStack() as stack:
-            nodes = []
+            nodes: list[Node] = []
             for i, url in enumerate(urls):
                 join = (nodes[0].member.bound,) if nodes else ()
                 nodes.append(await stack.enter_async_context(Node(NodeConfig(

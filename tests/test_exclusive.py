@@ -3,6 +3,8 @@ its rules run in the simulator with exact interval accounting (simulations.inter
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,7 +143,8 @@ def test_interval_overlap_sweep_matches_a_dense_reference(raw) -> None:
 
 # ----------------------------------------------------------------------------- in the simulator
 
-SAFE_NOW = {  # scenario -> params: the fault kinds whose rules do not depend on views agreeing
+# scenario -> params: the fault kinds whose rules do not depend on views agreeing
+SAFE_NOW: dict[str, dict[str, Any]] = {
     "join-one": {}, "leave": {}, "crash-one": {}, "scale-out": {"to": 12}, "scale-in": {"to": 6},
     "rolling-restart": {"every_s": 15.0},
 }
@@ -298,14 +301,18 @@ def test_a_taker_learns_every_fencing_epoch_the_dead_holder_may_have_used() -> N
 
 
 def test_a_big_handoff_travels_in_few_datagrams_and_round_trips():
-    from placement.exclusive import NoteAck
+    from placement.exclusive import Message, NoteAck
     from placement.handoff_wire import MAX_BODY, decode_many, encode_many
 
-    msgs = [Note(p, 70_000 + p, {"offset": p}) if p % 2 else NoteAck(p, p) for p in range(3000)]
+    msgs: list[Message] = [Note(p, 70_000 + p, {"offset": p}) if p % 2 else NoteAck(p, p) for p in range(3000)]
     datagrams = encode_many("n1", msgs, cluster="c")
     assert len(datagrams) <= len(msgs) // 40
     assert all(len(d) <= MAX_BODY + 64 for d in datagrams)
-    back = [m for d in datagrams for m in decode_many(d, cluster="c")[1]]
+    back = []
+    for d in datagrams:
+        decoded = decode_many(d, cluster="c")
+        assert decoded is not None
+        back += decoded[1]
     assert back == msgs
     assert decode_many(datagrams[0], cluster="other") is None
 
@@ -350,7 +357,7 @@ def test_census_and_disown_round_trip_and_malformed_ones_are_dropped() -> None:
 
     for msg in (Census(4, (1, 2, 3)), Disown(4, (1, 2), (9, 9)), Disown(4, (), ())):
         assert decode(encode("n1", msg)) == ("n1", msg)
-    bad = [Disown(4, (1, 2), (9,)), Census(4, (-1,)), Census(4, tuple(range(CENSUS_BATCH + 1)))]
+    bad: list[Census | Disown] = [Disown(4, (1, 2), (9,)), Census(4, (-1,)), Census(4, tuple(range(CENSUS_BATCH + 1)))]
     for msg in bad:
         assert decode(encode("n1", msg)) is None, msg
 

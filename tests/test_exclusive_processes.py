@@ -105,11 +105,11 @@ def test_five_processes_never_work_on_a_partition_at_once_and_epochs_rise(tmp_pa
         for n in list(c.procs):
             c.procs[n].wait(60)
     finally:
-        for p in c.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-                p.wait(10)
+        for proc in c.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(10)
 
     db = sqlite3.connect(c.db)
     spans: dict[int, dict[tuple[str, int], list[float]]] = {}

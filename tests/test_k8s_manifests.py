@@ -146,6 +146,7 @@ def test_the_prestop_hook_makes_a_node_leave_and_exit():
     node = subprocess.Popen([sys.executable, "-m", "placement.service.cli", "node", "--id", "p0",
                              "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http}", "--partitions", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert node.stdout is not None
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -14,6 +14,8 @@ from membership import (
     IdConflict,
     JoinAttempt,
     JoinRefused,
+    MemberEvent,
+    MemberInfo,
     MembershipConfig,
     Meta,
     RefusedPeer,
@@ -30,13 +32,27 @@ def all_see(net: MembershipSim, subject: str, status: str, observers=None) -> bo
     return all(net.status(o, subject) == status for o in observers)
 
 
+def _info(core: Swim, node_id: str) -> MemberInfo:
+    """core.member(node_id) for a member the test expects the core to know."""
+    info = core.member(node_id)
+    assert info is not None, node_id
+    return info
+
+
+def _timer(core: Swim) -> float:
+    """core.get_timer() for a core the test expects to have work scheduled."""
+    t = core.get_timer()
+    assert t is not None
+    return t
+
+
 # --- join and probing ------------------------------------------------------------------------
 
 def test_join_through_seed_converges_and_reports_joined_events():
     net = build_cluster(5, seed=1)
     for node in net.nodes.values():
         others = {f"n{i}" for i in range(5)} - {node.node_id}
-        joined = {e.member.node_id for e in node.events if e.kind == "joined"}
+        joined = {e.member.node_id for e in node.events if isinstance(e, MemberEvent) and e.kind == "joined"}
         assert joined == others
         assert {m.node_id for m in node.core.live_members()} == {f"n{i}" for i in range(5)}
     # every member computes the same view checksum once converged
@@ -111,7 +127,8 @@ def test_skewed_clocks_still_probe_everyone():
         core = Swim(config, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0, clock_offset_s=offset)
         alive = [Alive(f"x{i}", 0, ("10.0.0.2", 100 + i), Meta()) for i in range(6)]
         core.receive_datagram(forge(config, "x0", alive), ("10.0.0.2", 100), 0.0)
-        seen, t, acks = [], 0.0, 1
+        seen: list[str] = []
+        t, acks = 0.0, 1
         while len(seen) < 12:
             core.handle_timer(t)
             for data, addr in core.datagrams_to_send():
@@ -120,7 +137,7 @@ def test_skewed_clocks_still_probe_everyone():
                     acks += 1  # each answer is a new datagram from the target (replay filter)
                     core.receive_datagram(forge(config, ping.target, [Ack(ping.seq, 0)], seq=acks),
                                           addr, t + 0.01)
-            t = core.get_timer()
+            t = _timer(core)
         assert sorted(seen[:6]) == sorted(seen[6:]) == [f"x{i}" for i in range(6)], (offset, seen)
         assert core.stats["suspicions"] == 0
 
@@ -159,7 +176,7 @@ def test_suspected_member_refutes_with_higher_incarnation():
     # A rumour (from a member that does not exist) that n2 is suspect reaches n1.
     net.inject("n1", forge(net.config, "liar", [Suspect("n2", 0, "liar")]))
     assert net.status("n1", "n2") == SUSPECT
-    assert net.run_until_true(lambda: all(n.core.member("n2").incarnation == 1 for n in net.nodes.values())
+    assert net.run_until_true(lambda: all(_info(n.core, "n2").incarnation == 1 for n in net.nodes.values())
                               and all_see(net, "n2", ALIVE), 5.0)
     assert net.nodes["n2"].core.stats["refutations"] == 1
     assert net.event_kinds("n1", "n2")[-2:] == ["suspect", "alive"]
@@ -190,8 +207,8 @@ def _suspecting_x0(config: MembershipConfig) -> Swim:
 
 def _time_until_dead(core: Swim, node: str, start: float) -> float:
     t = start
-    while core.member(node).status != DEAD:
-        t = core.get_timer()
+    while _info(core, node).status != DEAD:
+        t = _timer(core)
         core.handle_timer(t)
     return t - start
 
@@ -235,15 +252,15 @@ def test_a_member_woken_late_reads_its_input_before_convicting(lifeguard):
     core = _suspecting_x0(cfg)
     core.handle_timer(5.0)
     if not lifeguard:
-        assert core.member("x0").status == DEAD
+        assert _info(core, "x0").status == DEAD
         return
-    assert core.member("x0").status == SUSPECT
+    assert _info(core, "x0").status == SUSPECT
     assert core.stats["verdicts_deferred"] == 1
     core.handle_timer(5.5)  # on time again, but the deferred verdict is not due yet
-    assert core.member("x0").status == SUSPECT
+    assert _info(core, "x0").status == SUSPECT
     core.receive_datagram(forge(cfg, "x0", [Alive("x0", 1, ("10.0.0.2", 100), Meta())], seq=3),
                           ("10.0.0.2", 100), 5.0)
-    assert core.member("x0").status == ALIVE
+    assert _info(core, "x0").status == ALIVE
     # Without a refutation the verdict comes one probe interval later, when judged on time.
     late = _suspecting_x0(cfg)
     late.handle_timer(5.0)
@@ -293,7 +310,7 @@ def test_last_chance_ping_before_a_verdict(lifeguard):
     ack = forge(cfg, "x0", [Ack(ping.seq, 0), Alive("x0", 1, ("10.0.0.2", 100), Meta())], seq=3)
     core.receive_datagram(ack, ("10.0.0.2", 100), 2.6)
     core.handle_timer(3.0)
-    assert core.member("x0").status == ALIVE
+    assert _info(core, "x0").status == ALIVE
 
 
 def test_buddy_system_ping_to_a_suspect_carries_the_suspicion():
@@ -337,7 +354,7 @@ def test_metadata_update_reaches_every_member():
     new = Meta(weight=2.5, http="http://10.0.0.1:8003", tags={"zone": "b"})
     net.call("n3", lambda c, now: c.update_meta(new, now))
     assert net.nodes["n3"].core.incarnation == 1
-    assert net.run_until_true(lambda: all(n.core.member("n3").meta == new for n in net.nodes.values()), 3.0)
+    assert net.run_until_true(lambda: all(_info(n.core, "n3").meta == new for n in net.nodes.values()), 3.0)
     assert all(net.event_kinds(n, "n3")[-1] == "updated" for n in net.nodes if n != "n3")
 
 
@@ -352,8 +369,8 @@ def test_anti_entropy_repairs_a_lost_update():
     net.call("n2", lambda c, now: c.update_meta(Meta(weight=3.0), now))
     net.nodes["n2"].core._out.queue = BroadcastQueue()  # as if every gossip datagram was lost
     net.run_for(0.5)
-    assert net.nodes["n0"].core.member("n2").meta.weight == 1.0  # diverged
-    assert net.run_until_true(lambda: all(n.core.member("n2").meta.weight == 3.0 for n in net.nodes.values()), 15.0)
+    assert _info(net.nodes["n0"].core, "n2").meta.weight == 1.0  # diverged
+    assert net.run_until_true(lambda: all(_info(n.core, "n2").meta.weight == 3.0 for n in net.nodes.values()), 15.0)
     assert sum(n.core.stats["anti_entropy_syncs"] for n in net.nodes.values()) > 0
 
 
@@ -385,7 +402,7 @@ def test_a_joiner_gossips_its_own_arrival():
     core.datagrams_to_send()
     core.receive_datagram(forge(config, "seed", [Alive("seed", 0, ("10.0.0.1", 1), Meta())]),
                           ("10.0.0.1", 1), 0.1)
-    core.handle_timer(core.get_timer())
+    core.handle_timer(_timer(core))
     gossiped = [m for d, _ in core.datagrams_to_send() for m in decode(config, d)]
     assert Alive("new", 0, ("10.0.0.9", 9), Meta()) in gossiped
 
@@ -485,11 +502,11 @@ def test_restarted_member_rejoins_with_a_higher_incarnation():
     net = build_cluster(5, seed=18)
     net.crash("n2")
     assert net.run_until_true(lambda: all_see(net, "n2", DEAD), 20.0)
-    dead_inc = net.nodes["n0"].core.member("n2").incarnation
+    dead_inc = _info(net.nodes["n0"].core, "n2").incarnation
     net.add("n2", seeds=["n0"])  # new process, same id and address, incarnation starts at 0
     assert net.run_until_true(net.converged, 10.0)
     assert net.nodes["n2"].core.incarnation > dead_inc
-    assert all(n.core.member("n2").incarnation == net.nodes["n2"].core.incarnation for n in net.nodes.values())
+    assert all(_info(n.core, "n2").incarnation == net.nodes["n2"].core.incarnation for n in net.nodes.values())
     assert net.event_kinds("n1", "n2")[-1] == "joined"
 
 
@@ -498,7 +515,7 @@ def test_restart_on_a_new_address_is_picked_up():
     net.crash("n3")
     net.add("n3", seeds=["n0"], addr=("10.0.0.1", 7999))
     assert net.run_until_true(lambda: net.converged() and all(
-        n.core.member("n3").addr == ("10.0.0.1", 7999) for n in net.nodes.values()), 10.0)
+        _info(n.core, "n3").addr == ("10.0.0.1", 7999) for n in net.nodes.values()), 10.0)
 
 
 # --- wire-level behaviour in the cluster -----------------------------------------------------
@@ -596,7 +613,7 @@ def test_join_retries_back_off_and_report_each_attempt():
     attempts = []
     now = 0.0
     while now < 40.0:
-        now = core.get_timer()
+        now = _timer(core)
         core.handle_timer(now)
         attempts += [e for e in core.events() if isinstance(e, JoinAttempt)]
     assert [(a.attempt, a.at, a.retry_at) for a in attempts[:5]] == [
@@ -614,7 +631,7 @@ def test_a_join_attempt_names_what_the_seed_sent_that_we_dropped():
 
     def next_attempt():
         while True:
-            core.handle_timer(core.get_timer())
+            core.handle_timer(_timer(core))
             attempts = [e for e in core.events() if isinstance(e, JoinAttempt)]
             if attempts:
                 return attempts
@@ -636,7 +653,7 @@ def test_other_cluster_name_is_dropped():
 
 def _dead_events(net: MembershipSim) -> list[tuple[str, str]]:
     return [(n.node_id, e.member.node_id) for n in net.nodes.values() for e in n.events
-            if getattr(e, "kind", None) == "dead"]
+            if isinstance(e, MemberEvent) and e.kind == "dead"]
 
 
 def test_member_with_sub_second_processing_lag_is_never_suspected():
@@ -693,18 +710,18 @@ def test_full_state_cannot_revive_the_dead_nor_kill_the_living_outright():
     x = Alive("x", 2, ("10.0.0.2", 2), Meta())
     core.receive_datagram(forge(cfg, "a", [x, Alive("y", 0, ("10.0.0.3", 3), Meta())]), ("10.0.0.9", 9), 0.0)
     core.receive_datagram(forge(cfg, "a", [Dead("x", 2, "a")], seq=2), ("10.0.0.9", 9), 0.1)
-    assert core.member("x").status == DEAD
+    assert _info(core, "x").status == DEAD
     # a stale peer's full state still has x alive at the same incarnation (memberlist#312)
     core.receive_datagram(forge(cfg, "b", [PushPull(1, False), x]), ("10.0.0.8", 8), 0.2)
-    assert core.member("x").status == DEAD
+    assert _info(core, "x").status == DEAD
     # a peer's full state that says y is dead only makes y suspect here
     core.receive_datagram(forge(cfg, "b", [PushPull(2, False), Dead("y", 0, "b")], seq=2), ("10.0.0.8", 8), 0.3)
-    assert core.member("y").status == SUSPECT
+    assert _info(core, "y").status == SUSPECT
 
 
 def test_member_hearing_of_a_suspicion_probes_the_suspect_next():
     net = build_cluster(5, seed=42)
-    pinged = []
+    pinged: list[str] = []
 
     def record(now, src, dst, data):
         if src == net.nodes["n0"].addr:
@@ -723,7 +740,7 @@ def test_a_stalled_prober_gives_indirect_probes_their_time_before_suspecting():
     alive = [Alive(f"x{i}", 0, ("10.0.0.2", 100 + i), Meta()) for i in range(4)]
     core.receive_datagram(forge(cfg, "x0", alive), ("10.0.0.2", 100), 0.0)
     while core.stats["probes_sent"] == 0:  # until the first ping (random phase in 0..1 s)
-        t0 = core.get_timer()
+        t0 = _timer(core)
         core.handle_timer(t0)
     core.datagrams_to_send()
     core.handle_timer(t0 + 7.0)  # the process was frozen for 7 s: timeout and period both passed
@@ -781,7 +798,7 @@ def test_full_state_relays_a_suspicion_under_its_original_accuser():
 
     net = build_cluster(3, seed=45)
     net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
-    replies = []
+    replies: list[Suspect] = []
 
     def record(now, src, dst, data):
         messages = decode(net.config, data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -179,7 +180,7 @@ def test_values_receivers_would_drop_are_refused_up_front():
     from membership import Meta, Swim
 
     cfg = MembershipConfig()
-    ok = dict(rng=random.Random(0), now=0.0)
+    ok: dict[str, Any] = dict(rng=random.Random(0), now=0.0)
     with pytest.raises(ValueError, match="dropped by every receiver"):
         Swim(cfg, "x" * 200, ("10.0.0.1", 1), **ok)
     with pytest.raises(ValueError, match="dropped by every receiver"):

@@ -7,11 +7,18 @@ import dataclasses
 
 import pytest
 
-from membership import DEAD, IdConflict, MemberEvent, MembershipConfig, Meta
-from membership.aio import start_member
+from membership import DEAD, IdConflict, MemberEvent, MemberInfo, MembershipConfig, Meta
+from membership.aio import Member, start_member
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
                         suspicion_mult=1.0, suspicion_min_floor_s=0.6, join_retry_interval_s=0.3)
+
+
+def _info(member: Member, node_id: str) -> MemberInfo:
+    """member.core.member(node_id) for a member the test expects it to know."""
+    info = member.core.member(node_id)
+    assert info is not None, node_id
+    return info
 
 
 async def wait_for(pred, timeout_s: float, what: str) -> None:
@@ -37,17 +44,17 @@ def test_udp_members_converge_and_detect_an_abrupt_close():
             await wait_for(lambda: all({m.node_id for m in x.live_members()} == everyone for x in members),
                            5.0, "convergence")
             await members[0].update_meta(Meta(weight=2.0, http="http://127.0.0.1:8000"))
-            await wait_for(lambda: all(x.core.member("m0").meta.weight == 2.0 for x in members), 3.0,
+            await wait_for(lambda: all(_info(x, "m0").meta.weight == 2.0 for x in members), 3.0,
                            "metadata update")
 
             victim = members.pop(3)
             victim.close()
-            await wait_for(lambda: all(x.core.member("m3").status == DEAD for x in members), 8.0,
+            await wait_for(lambda: all(_info(x, "m3").status == DEAD for x in members), 8.0,
                            "m3 declared dead by all")
 
             leaver = members.pop(3)  # m4
             await leaver.leave()
-            await wait_for(lambda: all(x.core.member("m4").status == "left" for x in members), 3.0,
+            await wait_for(lambda: all(_info(x, "m4").status == "left" for x in members), 3.0,
                            "m4 left everywhere")
             for x in members:
                 assert x.core.stats["dropped"] == 0

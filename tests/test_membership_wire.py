@@ -9,14 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from membership import MembershipConfig, Meta, Swim
-from membership.messages import Ack, Alive, Dead, Nack, Ping, PingReq, PushPull, Refuse, Suspect
+from membership.messages import Ack, Alive, Dead, Message, Nack, Ping, PingReq, PushPull, Refuse, Suspect
 from membership.wire import Codec, Drop, Keyring, ReplayFilter, encode_notice
 from simulations.datagrams import decode, forge
 from simulations.members import MembershipSim, build_cluster
 
 KEY1, KEY2, KEY3 = b"1" * 32, b"2" * 16, b"3" * 24
 
-ALL_MESSAGES = [
+ALL_MESSAGES: list[Message] = [
     Ping(1, "n1"), Ack(2, 2**32 - 1), Nack(3), PingReq(4, "n2", ("10.0.0.2", 7000)),
     Alive("n3", 7, ("::1", 65535), Meta(weight=0.5, http="http://h:1", tags={"a": "b", "c": ""})),
     Suspect("n4", 0, "n1"), Dead("n5", 2**63, "n5"), PushPull(99, True), Refuse("because"),
@@ -85,7 +85,7 @@ def test_replay_filter_evicts_the_sender_first_seen_longest_ago():
     assert f.check_and_record("b", 1, 1)
 
 
-def _reference_replay(seen: dict, sender: str, epoch: int, seq: int) -> bool:
+def _reference_replay(seen: dict[str, tuple[int, set[int]]], sender: str, epoch: int, seq: int) -> bool:
     """The filter's rule spelled out with a set of every accepted seq (no eviction)."""
     state = seen.get(sender)
     if state is None or state[0] != epoch:
@@ -101,7 +101,8 @@ def _reference_replay(seen: dict, sender: str, epoch: int, seq: int) -> bool:
 
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.integers(0, 200)), max_size=80))
 def test_replay_filter_agrees_with_a_set_of_accepted_seqs(ops):
-    f, seen = ReplayFilter(), {}
+    f = ReplayFilter()
+    seen: dict[str, tuple[int, set[int]]] = {}
     for sender, epoch, seq in ops:
         assert f.check_and_record(sender, epoch, seq) == _reference_replay(seen, sender, epoch, seq)
 

@@ -6,6 +6,7 @@ default exclusive mode is tested in tests/test_node_exclusive.py."""
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -35,6 +36,10 @@ async def eventually(predicate, timeout_s=10.0, what="condition"):
         await asyncio.sleep(0.02)
 
 
+def _recorder(log: list[tuple[str, str, int]], node_id: str, what: str) -> Callable[[int], None]:
+    return lambda p: log.append((node_id, what, p))
+
+
 async def start_cluster(n, log=None):
     first = await Node(config("n1")).start()
     nodes = [first]
@@ -42,8 +47,8 @@ async def start_cluster(n, log=None):
         nodes.append(await Node(config(f"n{i}", join=[first.member.bound])).start())
     if log is not None:
         for node in nodes:
-            node.on_ownership(acquired=lambda p, n=node.node_id: log.append((n, "acquired", p)),
-                              released=lambda p, n=node.node_id: log.append((n, "released", p)))
+            node.on_ownership(acquired=_recorder(log, node.node_id, "acquired"),
+                              released=_recorder(log, node.node_id, "released"))
     await eventually(lambda: all(len(x.table.members) == n for x in nodes), what="full views")
     return nodes
 
@@ -80,7 +85,7 @@ def test_joining_node_owns_nothing_until_it_hears_from_the_cluster():
 
 def test_graceful_leave_releases_before_others_acquire():
     async def main():
-        log = []
+        log: list[tuple[str, str, int]] = []
         nodes = await start_cluster(3, log)
         await eventually(lambda: agree(nodes))
         leaver, rest = nodes[2], nodes[:2]
@@ -209,6 +214,7 @@ def test_node_declared_dead_releases_everything_then_reacquires_after_holddown()
         log.clear()
         cfg = n2.config.membership_config()
         lie = forge(cfg, "zz", [Dead("n2", n2.member.core.incarnation, "zz")])
+        assert n2._thread is not None
         await n2._thread.call(n2.member.datagram_received, lie, ("127.0.0.1", 9))  # where the member runs
         await eventually(lambda: n2.declared_dead_count == 1, what="DeclaredDead handled")
         assert n2.owned_partitions() == frozenset() and not n2.owns("anything")

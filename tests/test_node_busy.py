@@ -46,7 +46,7 @@ def busy_config(node_id, join):
 
 async def cluster_with_a_busy_node(ledger: Ledger):
     """n1..n3 on this loop, n4 in a NodeThread; every partition owned once, by all four."""
-    nodes = []
+    nodes: list[Node] = []
     for i in (1, 2, 3):
         node = Node(busy_config(f"n{i}", [nodes[0].member.bound] if nodes else ()))
         ledger.attach(node)
@@ -111,7 +111,9 @@ def test_a_blocked_application_loop_is_not_declared_dead_and_nothing_moves(block
         transport = httpx.ASGITransport(app=create_app(busy.node))
         async with httpx.AsyncClient(transport=transport, base_url="http://n4") as http:
             metrics = (await http.get("/metrics")).text
-        lag = float(re.search(r"^placement_app_loop_lag_seconds (\S+)$", metrics, re.M).group(1))
+        found = re.search(r"^placement_app_loop_lag_seconds (\S+)$", metrics, re.M)
+        assert found is not None
+        lag = float(found.group(1))
         assert lag >= BLOCK_S * 0.8
         # The other nodes' application loop (this one) was never blocked.
         assert all(n.app_loop_lag_s < 1.0 for n in nodes)
@@ -170,18 +172,25 @@ def test_node_thread_serves_a_program_without_asyncio():
     log: list[tuple[str, str, int]] = []
     payloads: list[object] = []
     first = NodeThread(config("s1"))
-    first.on_ownership(acquired=lambda p: log.append(("s1", "acquired", p)),
-                       released=lambda p: (log.append(("s1", "released", p)), f"offset-{p}")[1])
+
+    def released(p: int) -> str:
+        log.append(("s1", "released", p))
+        return f"offset-{p}"
+    first.on_ownership(acquired=lambda p: log.append(("s1", "acquired", p)), released=released)
     with first:
         deadline = time.monotonic() + 15
         while len(first.owned_partitions()) < P:
             assert time.monotonic() < deadline, "the founder owns everything"
             time.sleep(0.02)
-        assert first.owns("order-42") and first.may_work(0, first.grant(0).epoch)
+        grant0 = first.grant(0)
+        assert grant0 is not None
+        assert first.owns("order-42") and first.may_work(0, grant0.epoch)
         second = NodeThread(config("s2", join=[first.node.member.bound]))
 
         def acquired(p):
-            payloads.append(second.node.grant(p).payload)
+            grant = second.node.grant(p)
+            assert grant is not None
+            payloads.append(grant.payload)
         second.on_ownership(acquired=acquired)
         with second:
             deadline = time.monotonic() + 20

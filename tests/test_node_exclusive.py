@@ -10,6 +10,7 @@ one process, so overlaps between nodes are exact, not sampled.
 import asyncio
 import itertools
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -32,6 +33,11 @@ def config(node_id, join=(), **kw):
     kw.setdefault("exclusive", QUICK)
     return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=tuple(join), partitions=P, settle_s=0.0,
                       membership=FAST, http_advertise=f"http://{node_id}.test", **kw)
+
+
+def _status(node: Node) -> dict[str, Any]:
+    """node.ownership_status() as the HTTP API serves it (a JSON object, its values untyped)."""
+    return node.ownership_status()
 
 
 async def eventually(predicate, timeout_s=15.0, what="condition"):
@@ -130,9 +136,9 @@ def test_a_cluster_owns_every_partition_exactly_once_and_hands_off_with_payloads
         assert all(n.ready for n in nodes)
         # What each node says about its stable view (GET /v1/ownership): one number, one view.
         await eventually(lambda: len({(s["stable_view"], tuple(s["witnesses"]))
-                                      for s in (n.ownership_status() for n in nodes)}) == 1,
+                                      for s in (_status(n) for n in nodes)}) == 1,
                          what="every node on the same numbered stable view")
-        assert nodes[0].ownership_status()["stable_view"] >= 2  # the founder's view, then the joiners
+        assert _status(nodes[0])["stable_view"] >= 2  # the founder's view, then the joiners
         leaver = nodes[2]
         await leaver.leave()
         rest = nodes[:2]
@@ -162,6 +168,7 @@ def test_a_killed_owner_is_taken_over_only_after_its_lease_ended():
         lost = frozenset(p for w, p in ledger.open if w == "n3")
         assert lost
         # Its lease as it stood (asyncio's loop clock is time.monotonic, as the ledger's).
+        assert victim._runner is not None
         lease_end = victim._runner.own.valid_until
         victim.close()  # as kill -9: nothing released, nobody told
         killed_at = time.monotonic()
@@ -188,10 +195,11 @@ def test_a_node_cut_off_from_the_witnesses_stops_owning_before_the_others_take_o
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
         cut = nodes[1]
         member = cut.member
-        member.send_datagram = lambda data, addr: None  # handoff channel silenced
+        member.send_datagram = lambda data, addr: None  # type: ignore[method-assign]  # handoff channel silenced
         transport = member._transport
-        transport.sendto = lambda data, addr=None: None  # gossip silenced
-        member.datagram_received = lambda data, addr: None  # deaf too
+        assert transport is not None
+        transport.sendto = lambda data, addr=None: None  # type: ignore[method-assign]  # gossip silenced
+        member.datagram_received = lambda data, addr: None  # type: ignore[method-assign]  # deaf too
         await eventually(lambda: cut.paused is not None and not cut.owned_partitions(), timeout_s=10,
                          what="the cut-off node fences itself")
         rest = [nodes[0], nodes[2]]
@@ -209,15 +217,16 @@ def test_handoff_datagrams_are_sealed_and_foreign_ones_dropped_and_counted():
         nodes = await start_nodes(Ledger(), 2, keys=(KEY,))
         first, second = nodes
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
-        before = first.ownership_status()["dropped"]
+        before = _status(first)["dropped"]
         # Forged: right format, no key. Garbage after the magic. Neither changes ownership.
         from placement import handoff_wire
         from placement.exclusive import Note
 
         owned = first.owned_partitions()
+        assert first._thread is not None
         for data in (handoff_wire.encode("n2", Note(next(iter(owned)), 99)), b"\xc1P\x00\xff", b"\xc1P"):
             await first._thread.call(first.member.datagram_received, data, second.member.bound)
-        assert first.ownership_status()["dropped"] == before + 3
+        assert _status(first)["dropped"] == before + 3
         assert first.owned_partitions() == owned
         # The HTTP view of it.
         transport = httpx.ASGITransport(app=create_app(first))

@@ -4,6 +4,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from placement.service.node_thread import AppLoopLag, Mailbox
 
@@ -48,8 +49,12 @@ def test_a_mailbox_to_a_closed_loop_says_so():
 
 
 def test_lag_probe_reports_a_pending_probe_at_once_and_the_worst_recent_lag_after():
-    posted = []
-    lag = AppLoopLag(lambda fn, *args: posted.append((fn, args)) or True, warn_s=1.0)
+    posted: list[tuple[Callable[..., object], tuple[float, ...]]] = []
+
+    def post(fn: Callable[..., object], *args: float) -> bool:  # AppLoopLag posts (answer, seq, sent)
+        posted.append((fn, args))
+        return True
+    lag = AppLoopLag(post, warn_s=1.0)
     t0 = time.monotonic()
     assert lag.tick(t0) and len(posted) == 1
     assert lag.tick(t0 + 0.25) and len(posted) == 1, "one probe in flight at most"

@@ -202,7 +202,7 @@ def test_leave_with_the_token_conforms():
 
 
 def test_links_between_operations(node_url):
-    class Workflow(API.as_state_machine()):
+    class Workflow(API.as_state_machine()):  # type: ignore[misc]  # a class schemathesis builds at run time
         def get_call_kwargs(self, case):
             return {"base_url": node_url}
 

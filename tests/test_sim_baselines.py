@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from simulations.cluster import Cluster
-from simulations.leases import SYSTEMS
+from simulations.leases import SYSTEMS, LeaseNode
+from simulations.nodes import Node
 from simulations.scenarios import run_scenario
 
 
@@ -15,8 +16,13 @@ def _cluster(system: str, nodes: int, partitions: int, seed: int = 1) -> Cluster
     return cluster
 
 
+def _lease(node: Node) -> LeaseNode:
+    assert isinstance(node, LeaseNode), node
+    return node
+
+
 def _counts(cluster: Cluster) -> list[int]:
-    return sorted(len(n.held) for n in cluster.nodes.values() if n.up)
+    return sorted(len(_lease(n).held) for n in cluster.nodes.values() if n.up)
 
 
 def test_eventhubs_join_steals_one_lease_per_cycle() -> None:
@@ -28,6 +34,7 @@ def test_eventhubs_join_steals_one_lease_per_cycle() -> None:
     assert _counts(cluster) == [4, 4]
     cluster.metrics.begin()
     newcomer = cluster.nodes[cluster.join()[0]]
+    assert isinstance(newcomer, LeaseNode)
     cycles0 = newcomer.cycles
     cluster.sim.run_until(cluster.sim.now + 60)
     assert _counts(cluster) == [2, 3, 3]

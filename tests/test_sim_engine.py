@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from simulations.cluster import Cluster, SwimSystem
 from simulations.engine import InvariantViolation
+from simulations.nodes import SwimNode
 from simulations.scenarios import SCENARIOS, run_scenario
 
 REQUIRED_KEYS = {
@@ -29,7 +32,7 @@ def test_same_seed_same_metrics_and_other_seed_differs() -> None:
     assert REQUIRED_KEYS <= set(a)
 
 
-SMALL = {
+SMALL: dict[str, dict[str, Any]] = {
     "crash-many": {"count": 2, "every_s": 5.0},
     "scale-out": {"to": 12},
     "scale-in": {"to": 6},
@@ -70,7 +73,7 @@ def test_a_crashed_node_is_suspected_within_three_periods_and_skewed_clocks_stil
     # The shared probe schedule at work: with one clock, a crashed member's next scheduled
     # prober comes within two periods (the one due this period may have probed it already), and
     # one period later it is suspect. Skewed clocks lose that bound, not detection.
-    kw = dict(nodes=32, duration_s=150, seed=7, partitions=256, params={"count": 12, "every_s": 10.0})
+    kw: dict[str, Any] = dict(nodes=32, duration_s=150, seed=7, partitions=256, params={"count": 12, "every_s": 10.0})
     shared = run_scenario("crash-many", **kw)
     skewed = run_scenario("crash-many", clock_skew_s=1000.0, **kw)
     assert shared["clock_skew_s"] == 0.0 and skewed["clock_skew_s"] == 1000.0
@@ -111,6 +114,7 @@ def test_node_that_believes_itself_dead_is_caught() -> None:
     cluster = Cluster(SwimSystem(), seed=1, partitions=64)
     cluster.bootstrap(3)
     node = cluster.nodes["n001"]
+    assert isinstance(node, SwimNode) and node.core is not None
     node.core._self.status = "dead"  # corrupt it on purpose (white-box)
     with pytest.raises(InvariantViolation, match="n001 considers itself dead"):
         cluster.run(5)

@@ -12,12 +12,15 @@ from placement import PlacementTable
 from placement.exclusive import Acquired, ExclusiveConfig, _Owned
 from simulations.cluster import Cluster, SwimSystem
 from simulations.engine import InvariantViolation
+from simulations.nodes import SwimNode
 
 
 def test_a_membership_core_whose_indexes_disagree_with_its_view_is_caught() -> None:
     cluster = Cluster(SwimSystem(), seed=3, partitions=64)
     cluster.bootstrap(3)
-    cluster.nodes["n002"].core._view.live_peers.append("ghost")
+    node = cluster.nodes["n002"]
+    assert isinstance(node, SwimNode) and node.core is not None
+    node.core._view.live_peers.append("ghost")
     with pytest.raises(InvariantViolation, match=r"'swim core indexes'.*--seed 3.*n002: .*[(]live index[)]"):
         cluster.run(5)
 
@@ -38,7 +41,9 @@ def test_two_members_with_equal_views_but_different_leaders_are_caught() -> None
     cluster.bootstrap(3)
     cluster.run(2)  # every node computed its table (the sampler asked what it leads)
     node = cluster.nodes["n001"]
+    assert isinstance(node, SwimNode)
     real = node._table
+    assert real is not None
     _, idx = real.owner_indices()
     # The same members and settings (so the same checksum), a different answer.
     forged = PlacementTable(real.config, real._units, real._members, None, np.roll(idx, 1, axis=0))
@@ -57,6 +62,7 @@ def test_a_node_leading_from_a_table_of_another_view_is_caught() -> None:
     cluster.bootstrap(3)
     cluster.run(2)
     node = cluster.nodes["n001"]
+    assert isinstance(node, SwimNode)
     node._table = PlacementTable.build({"n000": 1.0, "n001": 1.0}, 64)  # n002 missing
     cluster.sim.touched.append(node)
     with pytest.raises(InvariantViolation, match=r"n001 leads from a table of another view.*n002"):
@@ -68,8 +74,10 @@ def test_a_second_owner_while_the_first_still_holds_its_lease_is_caught() -> Non
     cluster.bootstrap(3)
     cluster.run(2)
     holder = cluster.nodes["n000"]
+    assert isinstance(holder, SwimNode) and holder.own is not None
     p = min(holder.own.owned)
     other = cluster.nodes["n001"]
+    assert isinstance(other, SwimNode) and other.own is not None
     # n001 starts processing p as if it had acquired it; n000 still owns it, lease valid.
     other.own.owned[p] = _Owned(holder.own.owned[p].epoch + 1)
     cluster.metrics.ownership(other, Acquired(p, holder.own.owned[p].epoch + 1, None, cluster.sim.now))

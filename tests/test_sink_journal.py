@@ -2,11 +2,11 @@
 
 import pytest
 
-from placement.service.work_sink import WorkBatch, WorkLog, main, read_journal
+from placement.service.work_sink import WorkBatch, WorkItem, WorkLog, main, read_journal
 
 
 def batch(job: str, ids: list[int]) -> WorkBatch:
-    return WorkBatch(job=job, items=[{"id": i, "key": f"k{i}"} for i in ids])
+    return WorkBatch(job=job, items=[WorkItem(id=i, key=f"k{i}") for i in ids])
 
 
 def test_journal_holds_new_items_and_duplicates_per_job(tmp_path):

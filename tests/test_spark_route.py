@@ -75,7 +75,7 @@ def test_delivery_to_three_nodes_is_exact(spark, items, cluster, tmp_path):
 
 
 def route_counts(snap, distinct):
-    counts = {}
+    counts: dict[str, int] = {}
     for i in range(distinct):
         owner = snap.table.lookup(f"item-{i}")[0]
         counts[owner] = counts.get(owner, 0) + 3
@@ -114,7 +114,8 @@ def hook_after_batches(cluster, victim: int, action):
     """Run ``action()`` on the cluster's loop when node ``victim`` is about to accept its
     (AFTER+1)-th batch; from then on it accepts nothing (503 - the batch stays undelivered)."""
     log = cluster.apps[victim].state.work
-    accept, fired = log.accept, []
+    accept = log.accept
+    fired: list[bool] = []
 
     def hooked(batch):
         if log.batches >= AFTER:

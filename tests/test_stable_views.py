@@ -5,12 +5,13 @@ number, and a witness that accepted a successor grants no lease under its view a
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.quorum_lease import LeaseReq, QuorumLease
-from placement.stable_views import Decided, StableViews, View, is_quorum, witnesses_of
+from placement.stable_views import Decided, StableViews, View, ViewMessage, is_quorum, witnesses_of
 
 MEMBERS = ("a", "b", "c", "d", "e")
 
@@ -22,15 +23,20 @@ class Net:
     def __init__(self, seed: int, loss: float, dup: float, witnesses: int = 3) -> None:
         self.rng = random.Random(seed)
         self.loss, self.dup = loss, dup
-        self.queue: list[tuple[str, str, object]] = []
+        self.queue: list[tuple[str, str, ViewMessage]] = []
         self.installed: dict[str, list[View]] = {m: [] for m in MEMBERS}
         self.nodes = {m: StableViews(m, witnesses=witnesses, resend_s=0.5, quiet_until=0.0,
-                                     send=lambda dst, msg, src=m: self.queue.append((src, dst, msg)),
-                                     on_install=lambda old, new, now, me=m: self.installed[me].append(new))
+                                     send=self._sender(m), on_install=self._installer(m))
                       for m in MEMBERS}
         first = View.of(1, dict.fromkeys(MEMBERS, 1.0))
         for n in self.nodes.values():
             n.install(first, 0.0)
+
+    def _sender(self, src: str) -> Callable[[str, ViewMessage], None]:
+        return lambda dst, msg: self.queue.append((src, dst, msg))
+
+    def _installer(self, me: str) -> Callable[[View, View, float], None]:
+        return lambda old, new, now: self.installed[me].append(new)
 
     def step(self, now: float) -> None:
         if not self.queue:

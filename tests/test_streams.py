@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from membership import Meta
 from membership.aio import Subscription, SubscriptionOverflow
-from membership.messages import MemberEvent, MemberInfo
+from membership.messages import Event, MemberEvent, MemberInfo
 from placement.ownership import OwnershipChange
 from placement.service.node import _ChangeStream
 
@@ -66,6 +66,11 @@ def _event(i: int) -> MemberEvent:
     return MemberEvent("joined", MemberInfo(f"m{i}", ("10.0.0.1", 7000 + i), "alive", 0, Meta()), float(i))
 
 
+def _node_id(e: Event) -> str:
+    assert isinstance(e, MemberEvent), e  # only MemberEvents are delivered here
+    return e.member.node_id
+
+
 @pytest.mark.parametrize("backlog", [3, None])
 def test_a_subscriber_that_falls_too_far_behind_is_cut_off_not_buffered_forever(backlog):
     async def scenario():
@@ -78,12 +83,12 @@ def test_a_subscriber_that_falls_too_far_behind_is_cut_off_not_buffered_forever(
         got = []
         if backlog is None:
             sub.close()
-            got = [e.member.node_id async for e in sub]
+            got = [_node_id(e) async for e in sub]
             assert got == [f"m{i}" for i in range(5)]
             return
         with pytest.raises(SubscriptionOverflow, match="subscribe again"):
             async for e in sub:
-                got.append(e.member.node_id)
+                got.append(_node_id(e))
         assert got == ["m0", "m1", "m2"]  # what was queued before the cut, then the error
         assert member._subscriptions == set() and member.core.stats["subscriptions_overflowed"] == 1
 

@@ -69,7 +69,8 @@ class Journal:
 async def three_nodes(journal, fail_on=None, before_join=None):
     """n1 founds the cluster, n2 and n3 join; each runs ``journal``'s processors. ``fail_on``:
     a partition whose open raises on n1; ``before_join(node)`` runs on n3 right after its start."""
-    nodes, workers = [], []
+    nodes: list[Node] = []
+    workers: list[PartitionWorkers] = []
     for i in (1, 2, 3):
         node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else ()))
         await node.start()
