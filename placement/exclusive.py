@@ -302,8 +302,6 @@ class Ownership:
         self._outside: dict[str, float] = {}
         self.table: PlacementTable | None = None
         self._table_num = -1  # the stable view ``table`` was computed from
-        #: When the views before the current one were learned: view number -> time.
-        self._learned: dict[int, float] = {}
         self._indexed: PlacementTable | None = None
         self._leaders: tuple[str, ...] = ()
         self._mine: frozenset[int] = frozenset()
@@ -540,9 +538,6 @@ class Ownership:
         c = self.config
         lease = self.lease
         stretch = lease.stretch
-        self._learned[ins.view.num] = ins.at
-        for num in [k for k in self._learned if k < ins.view.num - 2]:
-            del self._learned[num]
         for m in ins.view.members:
             if self._outside.pop(m, None) is not None:
                 lease.forget(m)  # back in the stable view: a later takeover needs a fresh proof
@@ -656,21 +651,20 @@ class Ownership:
         # member's first table, the leader without it: the cluster it joined). Only a founder
         # expects partitions from itself, and takes them at once (nobody else exists).
         prev = old if old is not None else self._table_without_me()
-        basis = old_num if old is not None else -1
         for p in mine:
             if p in self._to_pass and p not in self.owned and p not in self.waiting:
                 self.waiting[p] = self._to_pass.pop(p)[0]  # led by us again: ours to take back
             if p not in self.owned and p not in self.waiting:
                 holder = prev.owner(p) if prev is not None else self.me
+                basis = old_num if old is not None else -1  # the view whose table named ``holder``
                 cleared = False
                 if holder == self.me:
                     passed = self._passed.get(p)
                     if passed is not None:
-                        holder = passed  # we handed it on: expect it back from the receiver
+                        holder, basis = passed, -1  # we handed it on: expect it back from the receiver
                     # Only the founder's first table may take what nobody held before it.
                     cleared = old is None and self._founder and not self._passed
-                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=cleared,
-                                           basis=basis if prev is not None and holder == prev.owner(p) else -1)
+                self.waiting[p] = _Waiting(holder, now, self.lease.generation, cleared=cleared, basis=basis)
 
     def _pass_on(self, p: int, w: _Waiting) -> None:
         """A partition this member waited for now belongs to another: tell the new leader."""
@@ -883,9 +877,9 @@ class Ownership:
         own lease is proven over by the condemnation. So the wait, which is for owners under
         views this member does not know, has nothing left to cover (docs/ownership.md, rule 4)."""
         lease = self.lease
-        n = lease.num - 1
-        learned = self._learned.get(n)
-        return (w.basis == n and learned is not None and now >= learned + self.config.lease_s * lease.stretch
+        before = lease.previous  # None after a jump
+        return (before is not None and w.basis == lease.num - 1
+                and now >= before.learned_at + self.config.lease_s * lease.stretch
                 and lease.lease_num == lease.num and lease.valid(now))
 
     def _epoch_ready(self, now: float) -> bool:

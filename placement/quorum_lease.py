@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .stable_views import (
     Accept,
@@ -147,6 +148,14 @@ class Install:
     at: float
 
 
+class PreviousView(NamedTuple):
+    """The view before the current one, kept after a step: its check, its witnesses (they
+    granted every lease held under it) and when this member learned it."""
+    ck: int
+    witnesses: tuple[str, ...]
+    learned_at: float
+
+
 @dataclass
 class _Condemning:
     nonce: int
@@ -220,7 +229,7 @@ class QuorumLease:
         #: Condemnations by the witnesses of the view before this one (``condemn(previous=True)``),
         #: and that view's (ck, witnesses): set on a step, None after a jump.
         self._condemning_prev: dict[str, _Condemning] = {}
-        self.previous: tuple[int, tuple[str, ...]] | None = None
+        self.previous: PreviousView | None = None
         self._out: list[tuple[str, LeaseMessage]] = []
         self.requests_refused = 0
 
@@ -269,7 +278,7 @@ class QuorumLease:
         stepped = old.num > 0 and new.num == old.num + 1
         carried = stepped and self.valid(now) and self.lease_num == old.num
         self.installs.append(Install(new, stepped, carried, self.valid_until, now))
-        self.previous = (old.ck, witnesses_of(old.members, self.k)) if stepped else None
+        self.previous = PreviousView(old.ck, witnesses_of(old.members, self.k), self.learned_at) if stepped else None
         self._condemning_prev.clear()
         self.learned_at = now
         self._past = [*self._past, old.ck][-16:]
@@ -466,7 +475,7 @@ class QuorumLease:
         if previous:
             if self.previous is None:
                 return
-            ck, witnesses = self.previous
+            ck, witnesses = self.previous.ck, self.previous.witnesses
         else:
             if not self.witnesses:
                 return

@@ -96,17 +96,16 @@ class OwnershipLog:
     def takeover_after(self, partitions, at: float) -> float | None:
         """When every one of ``partitions`` had been acquired again after ``at`` (a crash),
         exactly; None if one never was."""
-        starts: dict[int, float] = {}
-        for (p, _), (start, _) in self.open.items():
-            if start >= at:
-                starts[p] = min(start, starts.get(p, math.inf))
-        latest = at
-        for p in partitions:
-            first = min((s for s, _, _ in self.closed.get(p, ()) if s >= at), default=starts.get(p))
-            if first is None:
-                return None
-            latest = max(latest, min(first, starts.get(p, first)))
-        return latest
+        wanted = set(partitions)
+        first: dict[int, float] = {}  # partition -> its first acquisition at or after ``at``
+        spans = [(p, s) for p in wanted for s, _, _ in self.closed.get(p, ())]
+        spans += [(p, s) for (p, _), (s, _) in self.open.items() if p in wanted]
+        for p, s in spans:
+            if s >= at:
+                first[p] = min(s, first.get(p, math.inf))
+        if wanted - first.keys():
+            return None
+        return max(first.values(), default=at)
 
     def summary(self, t0: float, end: float, partitions: int,
                 lease_ends: dict[int, float] | None = None) -> dict[str, Any]:
@@ -124,7 +123,7 @@ class OwnershipLog:
         examples: list[dict[str, Any]] = []
         unowned_at_end = 0
         for p in range(partitions):
-            unowned_at_end += not any(s <= end < e or s < e == end for s, e, _ in per.get(p, ()))
+            unowned_at_end += not any(s < e and s <= end <= e for s, e, _ in per.get(p, ()))
             d, o, pairs = overlaps(per.get(p, []), t0, end)
             dual += d
             orphan += o
