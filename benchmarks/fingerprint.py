@@ -11,7 +11,9 @@ wall-clock fields. Save the hashes before a change and check them after it (issu
 The set takes about 30 s on the 2-core box. Any difference is printed per run, with the keys
 that differ, and makes the exit status 1. The per-step invariants (``simulations.invariants``)
 are on in every run; ``--check-cores`` adds the membership cores' own checks (slower), which
-must not change a fingerprint either.
+must not change a fingerprint either. The runs start with ``python -P``, so PYTHONPATH, not the
+current directory, decides which build runs (``PYTHONPATH=build/mypyc:.`` checks the compiled
+core).
 """
 from __future__ import annotations
 
