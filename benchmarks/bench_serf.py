@@ -83,6 +83,11 @@ def cpu_seconds(pids: Iterable[int]) -> dict[int, float]:
     for name in os.listdir("/proc"):
         if name.isdigit() and (s := _read_stat(int(name))) is not None:
             stats[int(name)] = s
+    return tree_cpu(stats, pids)
+
+
+def tree_cpu(stats: dict[int, tuple[int, float]], pids: Iterable[int]) -> dict[int, float]:
+    """pid -> CPU seconds of it and its descendants, from ``stats`` (pid -> (ppid, CPU seconds))."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
