@@ -3,16 +3,19 @@
     python benchmarks/bench_serf.py                       # N=16 then N=32, 60 s idle window each
     python benchmarks/bench_serf.py --n 16 32 --window 60 --settle 15
     python benchmarks/bench_serf.py --n 16 --variants serf member   # only some clusters
+    python benchmarks/bench_serf.py --n 16 --variants serf node node-available member
 
 Needs the ``serf`` binary (Debian package ``serf``: ``apt-get install -y serf``); without it the
 script says so and exits with status 2. It installs nothing.
 
-At each N it starts three clusters of N processes each on loopback, all at the same time:
+At each N it starts one cluster of N processes per variant on loopback, all at the same time:
 
 * ``serf``: ``serf agent -profile=lan`` (Serf's default LAN timing: memberlist's
   DefaultLANConfig), every agent joined to the first;
 * ``node``: ``placement node`` as ``make run`` (``placement cluster``) starts it: ``--partitions
   4096 --replicas 2 --work-sink``, default (exclusive) ownership, HTTP API, joined to the first;
+* ``node-available`` (only with ``--variants``): the same node with ``--ownership available``
+  (no quorum leases), to tell the exclusive mode's lease traffic from the rest;
 * ``member``: the asyncio gossip driver alone (``membership.aio.start_member`` with the default
   ``MembershipConfig``), from this script's ``member`` subcommand (there is no other entry point).
 
@@ -21,9 +24,9 @@ members (``serf members``, ``GET /v1/members``, the driver's own view), and for 
 exclusive ownership has settled (every node on the same stable view, nothing waiting or
 releasing, every partition owned once) - then lets ``--settle`` seconds pass so the join's
 retransmissions and push-pulls die down, then reads utime+stime (children included) of every
-process from /proc/PID/stat at the start and the end of one ``--window`` shared by all three
+process from /proc/PID/stat at the start and the end of one ``--window`` shared by all the
 clusters. It prints per-member CPU % of one core (mean, min, max), the ratios ours/serf, and
-gossip datagrams sent per member per second for our two variants (the core's ``datagrams_out``
+gossip datagrams sent per member per second for our variants (the core's ``datagrams_out``
 counter; the node's lease and handoff datagrams are not in it, and serf exposes no counter).
 Every process is stopped at the end, also on Ctrl-C and on errors.
 """
@@ -47,9 +50,11 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-VARIANTS = ("serf", "node", "member")
+VARIANTS = ("serf", "node", "member", "node-available")  # the last only when asked for
+DEFAULT_VARIANTS = ("serf", "node", "member")
 # Per cluster, the first port of each range (member i uses first + i).
-SERF_BIND, SERF_RPC, NODE_GOSSIP, NODE_HTTP, MEMBER_GOSSIP = 27000, 27200, 27400, 27600, 27800
+SERF_BIND, SERF_RPC, MEMBER_GOSSIP = 27000, 27200, 27400
+NODE_PORTS = {"node": (27600, 27800), "node-available": (28000, 28200)}  # (gossip, HTTP)
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -124,11 +129,14 @@ class Cluster:
             cmd = ["serf", "agent", f"-node=s{i}", f"-bind=127.0.0.1:{SERF_BIND + i}",
                    f"-rpc-addr=127.0.0.1:{SERF_RPC + i}", "-profile=lan", "-log-level=warn"]
             return cmd + ([f"-retry-join=127.0.0.1:{SERF_BIND}", "-retry-interval=1s"] if i else [])
-        if self.variant == "node":
+        if self.variant in NODE_PORTS:
+            gossip, http = NODE_PORTS[self.variant]
             cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i}",
-                   "--gossip", f"127.0.0.1:{NODE_GOSSIP + i}", "--http", f"127.0.0.1:{NODE_HTTP + i}",
+                   "--gossip", f"127.0.0.1:{gossip + i}", "--http", f"127.0.0.1:{http + i}",
                    "--partitions", "4096", "--replicas", "2", "--work-sink"]
-            return cmd + (["--join", f"127.0.0.1:{NODE_GOSSIP}"] if i else [])
+            if self.variant == "node-available":
+                cmd += ["--ownership", "available"]
+            return cmd + (["--join", f"127.0.0.1:{gossip}"] if i else [])
         cmd = [sys.executable, os.path.abspath(__file__), "member", "--id", f"m{i}", "--port", str(MEMBER_GOSSIP + i)]
         return cmd + (["--join", str(MEMBER_GOSSIP)] if i else [])
 
@@ -161,9 +169,12 @@ class Cluster:
         """Member i answers (its first must before the others join it)."""
         if self.variant == "serf":
             return _serf_members(i) is not None
-        if self.variant == "node":
-            return _get_json(f"http://127.0.0.1:{NODE_HTTP + i}/healthz") is not None
+        if self.variant in NODE_PORTS:
+            return _get_json(f"{self.url(i)}/healthz") is not None
         return i in self.live
+
+    def url(self, i: int) -> str:
+        return f"http://127.0.0.1:{NODE_PORTS[self.variant][1] + i}"
 
     def first_up(self) -> tuple[bool, str]:
         return self.up(0), ""
@@ -177,14 +188,14 @@ class Cluster:
         else:
             alive = []
             for i in range(self.n):
-                members = _get_json(f"http://127.0.0.1:{NODE_HTTP + i}/v1/members") or []
+                members = _get_json(f"{self.url(i)}/v1/members") or []
                 alive.append(sum(1 for m in members if m["status"] == "alive"))
         seen = f"alive seen: min {min(alive)} max {max(alive)} of {self.n}"
         if min(alive) < self.n:
             return False, seen
-        if self.variant != "node":
+        if self.variant != "node":  # (node-available owns what its view says: nothing to settle)
             return True, seen
-        owns = [_get_json(f"http://127.0.0.1:{NODE_HTTP + i}/v1/ownership") for i in range(self.n)]
+        owns = [_get_json(f"{self.url(i)}/v1/ownership") for i in range(self.n)]
         if any(o is None for o in owns):
             return False, seen + "; ownership: no answer"
         views = {o["stable_view"] for o in owns}
@@ -197,10 +208,10 @@ class Cluster:
         """Gossip datagrams each member has sent so far (None for serf)."""
         if self.variant == "serf":
             return None
-        if self.variant == "node":
+        if self.variant in NODE_PORTS:
             out = []
             for i in range(self.n):
-                text = _get_text(f"http://127.0.0.1:{NODE_HTTP + i}/metrics") or ""
+                text = _get_text(f"{self.url(i)}/metrics") or ""
                 out.append(int(float(next((line.split()[1] for line in text.splitlines()
                                            if line.startswith("placement_gossip_datagrams_out_total ")), "0"))))
             return out
@@ -316,7 +327,7 @@ def run_n(n: int, variants: list[str], window_s: float, settle_s: float, logdir:
             rate = f"{(sum(s1) - sum(s0)) / dt / n:18.2f}" if s0 is not None and s1 is not None else f"{'-':>18}"
             print(f"{c.variant:<8} {'':>29}{_pct(pcts)}  {rate}  {converged[c.variant][0]}")
         if "serf" in means and means["serf"] > 0:
-            for v in ("node", "member"):
+            for v in ("node", "member", "node-available"):
                 if v in means:
                     print(f"ratio {v}/serf: {means[v] / means['serf']:.2f}")
         print(flush=True)
@@ -368,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, nargs="+", default=[16, 32], help="cluster sizes (default 16 32)")
     ap.add_argument("--window", type=float, default=60.0, help="idle window measured, seconds (default 60)")
     ap.add_argument("--settle", type=float, default=15.0, help="seconds between convergence and the window")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
+                    help="default: serf node member; node-available: the node with --ownership available")
     args = ap.parse_args(argv)
     if args.command == "member":
         asyncio.run(_member_main(args.id, args.port, args.join))
