@@ -325,7 +325,7 @@ def run_n(n: int, variants: list[str], window_s: float, settle_s: float, logdir:
             means[c.variant] = sum(pcts) / len(pcts)
             s0, s1 = sent0[c.variant], sent1[c.variant]
             rate = f"{(sum(s1) - sum(s0)) / dt / n:18.2f}" if s0 is not None and s1 is not None else f"{'-':>18}"
-            print(f"{c.variant:<8} {'':>29}{_pct(pcts)}  {rate}  {converged[c.variant][0]}")
+            print(f"{c.variant:<14} {'':>23}{_pct(pcts)}  {rate}  {converged[c.variant][0]}")
         if "serf" in means and means["serf"] > 0:
             for v in ("node", "member", "node-available"):
                 if v in means:
