@@ -33,6 +33,7 @@ from .workers import PartitionProcessor, PartitionWorkers
 
 if TYPE_CHECKING:
     import httpx
+    import uvicorn
 
 
 def _variable(flag: str) -> str:
@@ -177,17 +178,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     else:
         app = create_app(node, config.admin_token, on_leave=done.set)
 
-    class Server(uvicorn.Server):
-        """uvicorn's server without its signal handling: we handle signals (leave first, then
-        stop). uvicorn >= 0.29 captures SIGINT/SIGTERM in serve(), stops serving at once and
-        raises the signal again afterwards: the node then saw its HTTP server gone and stopped
-        abruptly."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    server = Server(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
+    server = _server_class()(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
@@ -197,10 +188,22 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     watch = asyncio.create_task(_report(node))
+    # What ends the loop below wakes it: a signal or a leave (``done``), the HTTP server
+    # stopping, a refusal (the node logs it as an event), the join deadline. No polling: an idle
+    # node's application loop then wakes only for its own work (issue 14: idle CPU).
+    wake = asyncio.Event()
+    node.events.listeners.append(wake.set)
+    serving.add_done_callback(lambda _: wake.set())
+    stop = asyncio.ensure_future(done.wait())
     status = 0
     while not done.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), 0.2)
+        deadline = (started + config.join_timeout_s - time.monotonic()
+                    if config.join_timeout_s and not node.joined else None)
+        woken = asyncio.ensure_future(wake.wait())
+        await asyncio.wait((stop, woken), timeout=None if deadline is None else max(0.0, deadline) + 0.01,
+                           return_when=asyncio.FIRST_COMPLETED)
+        woken.cancel()
+        wake.clear()
         if node.refused:
             _say(config.node_id, f"error: {node.refused}")
             status = 3
@@ -214,6 +217,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
             _say(config.node_id, f"error: the HTTP server on {http[0]}:{http[1]} stopped")
             status = 4
             break
+    stop.cancel()
     if status == 0:
         _say(config.node_id, "leaving: releasing partitions, announcing the leave")
         await node.leave()  # drains and hands on every partition (the processors' close)
@@ -227,6 +231,53 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
         await serving
     _say(config.node_id, "stopped")
     return status
+
+
+def _server_class() -> type[uvicorn.Server]:
+    """Built when a node starts: uvicorn is imported then, not with this module."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handling and with a once-a-second tick.
+
+        Signals: we handle them (leave first, then stop). uvicorn >= 0.29 captures SIGINT/SIGTERM
+        in serve(), stops serving at once and raises the signal again afterwards: the node then
+        saw its HTTP server gone and stopped abruptly.
+
+        Tick: uvicorn's ``main_loop`` wakes every 0.1 s to refresh the Date header (once a second)
+        and to see ``should_exit``: ten wake-ups a second of an idle node's loop (issue 14: idle
+        CPU). Here it wakes once a second, with a counter that refreshes the header every time,
+        and setting ``should_exit`` wakes it at once."""
+
+        def __init__(self, config: uvicorn.Config) -> None:
+            self._exit = asyncio.Event()
+            super().__init__(config)
+
+        @property
+        def should_exit(self) -> bool:
+            return self._exit.is_set()
+
+        @should_exit.setter
+        def should_exit(self, value: bool) -> None:
+            if value:
+                self._exit.set()
+            else:
+                self._exit.clear()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        async def main_loop(self) -> None:
+            counter = 0
+            should_exit = await self.on_tick(counter)
+            while not should_exit:
+                counter = (counter + 10) % 864000  # a multiple of 10: on_tick refreshes the Date header
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exit.wait(), 1.0)
+                should_exit = await self.on_tick(counter)
+
+    return Server
 
 
 def _bind_error(what: str, flag: str, addr: tuple[str, int], exc: OSError) -> PlacementError:

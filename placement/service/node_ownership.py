@@ -231,9 +231,12 @@ class ExclusiveRunner:
         for dst, msg in own.messages(now):
             by_dst.setdefault(dst, []).append(msg)
         if by_dst:
-            addresses = {m.node_id: m.addr for m in self._member.members()}
+            core = self._member.core
             for dst, msgs in by_dst.items():
-                addr = addresses.get(dst)
+                # One member looked up, not the whole list built: a witness answers every
+                # member's renewal each second (issue 14: idle CPU).
+                info = core.member(dst)
+                addr = None if info is None else info.addr
                 if addr is None:
                     self.no_address += 1  # not (yet) in our member list: resent while it matters
                     continue
