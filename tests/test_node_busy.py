@@ -194,8 +194,10 @@ def test_node_thread_serves_a_program_without_asyncio():
         second.on_ownership(acquired=acquired)
         with second:
             deadline = time.monotonic() + 20
-            while not (second.owned_partitions() and owned_once([first.node, second.node])):
-                assert time.monotonic() < deadline, "a handoff to the joiner"
+            # (The owned set is published by the membership thread before the acquired
+            # callback runs on the program's thread: wait for the callback too.)
+            while not (second.owned_partitions() and owned_once([first.node, second.node]) and payloads):
+                assert time.monotonic() < deadline, "a handoff to the joiner, its callback run"
                 time.sleep(0.02)
             assert {m.node_id for m in first.members()} == {"s1", "s2"}
             assert payloads and all(isinstance(x, str) and x.startswith("offset-") for x in payloads)
