@@ -81,13 +81,17 @@ class MembershipConfig:
     #: With an empty queue nothing is sent, so an idle cluster only probes.
     gossip_interval_s: float = 0.2
     gossip_fanout: int = 3
-    #: Our addition (issue 14): gossip rounds push an update only during the first
-    #: ceil(gossip_push_share * retransmit limit) of its transmissions; the rest ride on
-    #: datagrams sent anyway (probes, acks, rounds of newer updates). 1.0 (the default) =
-    #: memberlist: every transmission may start a round. Measured at N=256, a crash every 20 s,
-    #: seeds 1-4: 0.5 cuts traffic from 4.2 to 2.7 datagrams/member/s but dead-everywhere p50
-    #: rises from 4.57 to 5.01 s (over the 5 s goal), so it is not the default (BENCHMARKS.md).
-    gossip_push_share: float = 1.0
+    #: Our addition (issue 14): gossip rounds push a suspicion or a confirmation for this many
+    #: rounds' worth of transmissions (rounds x gossip_fanout, at most the retransmit limit), a
+    #: death for dead_push_rounds; an Alive (join, refutation) for its whole budget, as in
+    #: memberlist. The rest of each budget rides on probes and acks. The first round after a
+    #: quiet spell crosses the cluster at network speed (every receiver's round is due at once);
+    #: the later ones mostly reach members that know already. Measured at N=256, a crash every
+    #: 20 s, 128 kills (BENCHMARKS.md): 4.05 -> 2.90 datagrams/member/s with dead-everywhere p50
+    #: 4.65 s (4.62 s before), p99 5.61 s (5.64 s); 3 rounds for a death: 3.03 and a shorter
+    #: tail for the last member to hear (max 3.37 s after the first suspicion instead of 3.74).
+    suspect_push_rounds: int = 1
+    dead_push_rounds: int = 2
     #: Dead members keep receiving gossip this long so they learn they were declared dead and
     #: can refute (memberlist GossipToTheDeadTime 30 s).
     gossip_to_dead_s: float = 30.0
@@ -128,8 +132,8 @@ class MembershipConfig:
             raise ValueError("need 256 <= mtu_bytes <= max_receive_bytes")
         if self.indirect_checks < 0 or self.gossip_fanout < 1 or self.retransmit_mult < 1:
             raise ValueError("indirect_checks >= 0, gossip_fanout >= 1, retransmit_mult >= 1")
-        if not 0 < self.gossip_push_share <= 1:
-            raise ValueError("need 0 < gossip_push_share <= 1")
+        if self.suspect_push_rounds < 1 or self.dead_push_rounds < 1:
+            raise ValueError("suspect_push_rounds >= 1, dead_push_rounds >= 1")
         if not 0 < self.join_retry_interval_s <= self.join_retry_max_interval_s:
             raise ValueError("need 0 < join_retry_interval_s <= join_retry_max_interval_s")
         if self.awareness_max_multiplier < 1 or self.suspicion_confirmations < 0:

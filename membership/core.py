@@ -70,9 +70,11 @@ turns all of this off (plain SWIM with a fixed suspicion timeout).
 Dissemination (SWIM section 4.1). Every accepted state change is queued (``queue.py``) and
 piggybacked on pings, acks and every other datagram, filling each up to ``mtu_bytes``, newest
 and least-sent first, each at most ``retransmit_mult * ceil(log10(N+1))`` times. While some update is within
-the first ``gossip_push_share`` of that budget (default: all of it) the queue is also pushed
+the part of that budget gossip rounds may push (an ``Alive`` all of it, a suspicion one round's
+worth, a death two: ``suspect_push_rounds``, ``dead_push_rounds``) the queue is also pushed
 every ``gossip_interval_s`` to ``gossip_fanout`` random members (memberlist's gossip loop),
-including recently dead ones so they can refute; an idle cluster only probes.
+including recently dead ones so they can refute; the first round after a quiet spell goes out at
+once. An idle cluster only probes.
 
 Anti-entropy (Ringpop). Every ack carries a checksum of the sender's live view (member ids and
 incarnations). When the ack to our probe has a checksum that differs from ours while no gossip

@@ -40,6 +40,7 @@ class Dissemination:
 
     __slots__ = (
         "_drop",
+        "_last_round_at",
         "_push_pull_replies",
         "_retransmit_limits",
         "_rng",
@@ -69,7 +70,9 @@ class Dissemination:
         self.outbox: list[tuple[bytes, Addr]] = []
         # Plain ints, not Counter entries: bumped for every datagram (``Swim.stats`` copies them).
         self.datagrams_out = self.bytes_out = 0
-        self.next_gossip_at = now
+        #: When a gossip round is due (infinity: nothing to push; see ``gossip`` and ``_queue``).
+        self.next_gossip_at = math.inf
+        self._last_round_at = -math.inf
         self.last_push_pull_at = float("-inf")
         self._view = view
         self._suspicions = suspicions  # read only: who accused a suspect (``state_message``)
@@ -94,19 +97,41 @@ class Dissemination:
         self.outbox.append((datagram, addr))
 
     def broadcast(self, msg: Alive | Suspect | Dead) -> None:
-        """Queue an accepted state change for piggybacking (replacing older news of its member)."""
-        self.queue.push(msg.node, self.codec.encode_message(msg))
+        """Queue an accepted state change for piggybacking (replacing older news of its member).
+
+        How many of its transmissions gossip rounds push (the rest ride on probes and acks):
+        an ``Alive`` (a join, a refutation racing a verdict, new metadata) all of them, as
+        memberlist does; a suspicion ``suspect_push_rounds`` rounds' worth and a death
+        ``dead_push_rounds`` rounds' worth (``MembershipConfig``, issue 14)."""
+        cfg = self.config
+        if isinstance(msg, Alive):
+            rounds = None
+        else:
+            rounds = cfg.suspect_push_rounds if isinstance(msg, Suspect) else cfg.dead_push_rounds
+        self._queue(self.codec.encode_message(msg), msg.node, rounds)
 
     def pass_on(self, msg: Suspect) -> None:
-        """Queue ``msg`` (a Lifeguard confirmation of a suspicion of ``node``): while the
-        suspicion is still queued the confirmation replaces it within its remaining budget;
-        only a confirmation that arrives later gets a fresh budget (a reset for every
-        confirmation cost ~10% more datagrams per failure, for no faster detection)."""
-        blob = self.codec.encode_message(msg)
-        if msg.node in self.queue:
-            self.queue.refine(msg.node, blob)
-        else:
-            self.queue.push(msg.node, blob)
+        """Queue ``msg``, a Lifeguard confirmation of a suspicion we hold: it must reach the
+        members whose timers it shortens (memberlist passes them on too). It replaces the
+        queued suspicion with a fresh budget: pushing is cheap (``suspect_push_rounds``), and
+        keeping the old count (our rule while whole budgets were pushed) left a confirmation
+        that came while the suspicion was still queued to probes and acks, too slow to shorten
+        anyone's timer once rounds push only the first transmissions.
+
+        One accuser per message, as before: a suspicion carrying every accuser we knew
+        (tried, issue 14) cut gossip by ~4% but let members reach the minimum timeout
+        together, and members frozen for up to 4 s were declared dead in the ``stalls``
+        scenario (2 per 600 s at N=256, 0 before)."""
+        self._queue(self.codec.encode_message(msg), msg.node, self.config.suspect_push_rounds)
+
+    def _queue(self, blob: bytes, node: str, rounds: int | None) -> None:
+        limit = self.retransmit_limit()
+        push_below = limit if rounds is None else min(limit, rounds * self.config.gossip_fanout)
+        self.queue.push(node, blob, push_below)
+        # A round is due at once after a quiet spell, else one interval after the last round:
+        # an update then crosses the cluster in a chain of rounds at network speed (each
+        # receiver's round is due too), instead of waiting up to an interval at every hop.
+        self.next_gossip_at = min(self.next_gossip_at, self._last_round_at + self.config.gossip_interval_s)
 
     def retransmit_limit(self) -> int:
         n = self._view.live_count()
@@ -129,33 +154,40 @@ class Dissemination:
         """One gossip round (memberlist's gossip loop): queued updates to ``gossip_fanout``
         random members, recently dead ones included so they can refute.
 
-        A round is sent only while some update is within the first ``gossip_push_share`` of its
-        retransmit limit (the datagram then carries every queued update that fits); the rest
+        A round is sent only while some update is within the transmissions it may push (see
+        ``broadcast``); the datagram then carries every queued update that fits, and the rest
         of an update's transmissions ride on pings, acks and rounds started by newer updates.
-        Why: the early transmissions spread an update (the infected set grows by about
-        fanout + 1 per round, SWIM section 4 / Demers et al. 1987), the late ones mostly reach
-        members that know it already; at N=256 a crash every 20 s cost 1.85 gossip datagrams
-        per member per second with every transmission pushed, 0.6 with half - but detection
-        got slower, so the default (1.0) pushes the whole budget as memberlist does (state.go
-        gossip; issue 14, BENCHMARKS.md)."""
-        self.next_gossip_at = now + self.config.gossip_interval_s
-        horizon = now - self.config.gossip_to_dead_s
+        Why: the first round of a new update spreads it through the whole cluster in a chain
+        of rounds (every receiver that was quiet gossips at once, SWIM section 4 / Demers et al.
+        1987: the infected set grows about fanout + 1 times per hop); the later rounds mostly
+        reach members that know it already. At N=256 with a crash every 20 s, pushing whole
+        budgets cost 1.85 gossip datagrams per member per second (issue 14, BENCHMARKS.md).
+        With nothing left to push no round is due until a new update is queued (``_queue``)."""
         view = self._view
-        peers = view.live_peers
-        if view.dead_since:
-            peers = peers + [k for k, since in view.dead_since.items() if since >= horizon]
-        capacity, limit = self.codec.capacity(), self.retransmit_limit()
+        cfg = self.config
+        sent = False
         # A leaving member no longer probes (nothing to ride on): it pushes the whole budget.
-        push_below = limit if view.leaving else max(1, math.ceil(limit * self.config.gossip_push_share))
-        for peer_id in sample(self._rng, peers, min(self.config.gossip_fanout, len(peers))):
-            if not self.queue.fresh(push_below):
-                break
-            peer = view.members[peer_id]
-            blobs = self.queue.take(capacity, limit)
-            if not blobs:
-                break
-            self._stats["gossip_datagrams"] += 1
-            self.emit(self.codec.seal(blobs), peer.addr)
+        limit = self.retransmit_limit()
+        if self.queue.fresh(limit if view.leaving else None):
+            horizon = now - cfg.gossip_to_dead_s
+            peers = view.live_peers
+            if view.dead_since:
+                peers = peers + [k for k, since in view.dead_since.items() if since >= horizon]
+            capacity = self.codec.capacity()
+            for peer_id in sample(self._rng, peers, min(cfg.gossip_fanout, len(peers))):
+                blobs = self.queue.take(capacity, limit)
+                if not blobs:
+                    break
+                sent = True
+                self._stats["gossip_datagrams"] += 1
+                self.emit(self.codec.seal(blobs), view.members[peer_id].addr)
+                if not self.queue.fresh(limit if view.leaving else None):
+                    break
+        if sent:
+            self._last_round_at = now
+            self.next_gossip_at = now + cfg.gossip_interval_s
+        else:
+            self.next_gossip_at = math.inf
 
     def send_state(self, addr: Addr, *, reply: bool, now: float) -> None:
         """Send our full state to ``addr`` in as many datagrams as needed (push-pull)."""

@@ -196,7 +196,7 @@ class Updates:
         if cfg.lifeguard and accuser != self.node_id and was_alive and n > 2 and \
                 self._rng.random() < cfg.suspicion_reprobe_members / (n - 2):
             # Probe the suspect next (see MembershipConfig.suspicion_reprobe_members).
-            self._prober.probe_next.append(m.node_id)
+            self._prober.reprobe(m.node_id, now)
             self._stats["suspect_reprobes"] += 1
         if was_alive:
             self._set_changed(m, SUSPECT, now)

@@ -59,17 +59,25 @@ def test_queue_sends_least_sent_newest_first_within_budget_and_limit():
     assert len(q) == 0
 
 
-def test_queue_newer_update_replaces_older_and_refine_keeps_the_count():
+def test_queue_newer_update_replaces_older_with_a_fresh_budget():
     q = BroadcastQueue()
     q.push("a", b"old")
     q.take(100, limit=3)
-    q.refine("a", b"refined")
     assert q.transmits("a") == 1
-    assert q.take(100, limit=3) == [b"refined"]
     q.push("a", b"new")
     assert q.transmits("a") == 0
-    q.refine("zzz", b"ignored")
-    assert "zzz" not in q
+    assert q.take(100, limit=3) == [b"new"]
+
+
+def test_queue_fresh_follows_each_updates_push_budget():
+    q = BroadcastQueue()
+    q.push("a", b"A", push_below=1)
+    q.push("b", b"B", push_below=2)
+    assert q.fresh()
+    q.take(100, limit=5)
+    assert q.fresh() and q.fresh(below=2) and not q.fresh(below=1)
+    q.take(100, limit=5)
+    assert not q.fresh() and q.fresh(below=3)  # a leaving member pushes everything
 
 
 def _reference_take(items: dict, budget: int, limit: int) -> list[bytes]:
@@ -88,7 +96,6 @@ def _reference_take(items: dict, budget: int, limit: int) -> list[bytes]:
 
 @given(st.lists(st.one_of(
     st.tuples(st.just("push"), st.sampled_from("abcdefgh"), st.integers(1, 40)),
-    st.tuples(st.just("refine"), st.sampled_from("abcdefgh"), st.integers(1, 40)),
     st.tuples(st.just("take"), st.integers(0, 120), st.integers(1, 5))), max_size=60))
 def test_queue_keeps_its_order_between_takes_exactly_as_a_fresh_sort_would(ops):
     q, ref, order = BroadcastQueue(), {}, 0
@@ -98,11 +105,6 @@ def test_queue_keeps_its_order_between_takes_exactly_as_a_fresh_sort_would(ops):
             blob = f"{a}{order}".encode().ljust(b, b".")
             q.push(a, blob)
             ref[a] = {"blob": blob, "transmits": 0, "order": order}
-        elif op == "refine":
-            if a in ref:
-                blob = f"{a}r".encode().ljust(b, b".")
-                q.refine(a, blob)
-                ref[a]["blob"] = blob
         else:
             assert q.take(a, b) == _reference_take(ref, a, b)
         assert sorted(q) == sorted(ref)

@@ -33,7 +33,10 @@ def test_same_seed_same_metrics_and_other_seed_differs() -> None:
 
 
 SMALL: dict[str, dict[str, Any]] = {
-    "crash-many": {"count": 2, "every_s": 5.0},
+    # The second kill well after the first is detected everywhere: moves are counted from
+    # samples every 0.5 s, so a partition that passes through a node killed before the next
+    # sample would count once where the optimum counts twice.
+    "crash-many": {"count": 2, "every_s": 10.0},
     "scale-out": {"to": 12},
     "scale-in": {"to": 6},
     "rolling-restart": {"every_s": 15.0},
