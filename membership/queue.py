@@ -13,6 +13,7 @@ update is still within the part of its budget they push actively
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 __all__ = ["BroadcastQueue"]
@@ -25,6 +26,8 @@ __all__ = ["BroadcastQueue"]
 # tuple per entry per sort.
 _RANK, _TRANSMITS, _BLOB, _COST, _KEY = range(5)
 _RANK_STEP = 1 << 48  # more pushes than a member makes in any lifetime
+# Queues longer than this are walked through a heap of ranks, shorter ones sorted (see take).
+_HEAP_FROM = 64
 
 
 class BroadcastQueue(dict):
@@ -34,19 +37,48 @@ class BroadcastQueue(dict):
 
     ``cost(blob)`` is the number of datagram bytes one update takes; it is computed once per
     update, when it is queued or replaced.
+
+    A long queue is also kept as a heap of ranks between takes, so a take costs O(k log n) for
+    the k updates it looks at instead of a sort of all n: after a bootstrap every member queues
+    news of every other one (1,023 entries at N=1,024), and sorting them for every datagram
+    was a third of a simulated 1,024-node cluster's time. A short queue (the usual case) is
+    sorted, which is cheaper there; both walk the entries in the same order.
     """
 
-    __slots__ = ("_cost", "_order")
+    __slots__ = ("_by_rank", "_cost", "_heap", "_min_cost", "_order")
 
     def __init__(self, cost: Callable[[bytes], int] = len) -> None:
         super().__init__()
         self._order = 0
         self._cost = cost
+        #: No queued update costs less (a lower bound, never raised): a take stops once its
+        #: budget is below it, since nothing left could fit.
+        self._min_cost = 1 << 62
+        # While the queue is long: the ranks of its entries as a heap (plus ranks of replaced
+        # entries, skipped when popped) and the entry of each rank; None while it is short.
+        self._heap: list[int] | None = None
+        self._by_rank: dict[int, list[Any]] = {}
 
     def push(self, key: str, blob: bytes) -> None:
         """Queue ``blob`` about member ``key``, replacing any older update about it."""
         self._order += 1
-        self[key] = [-self._order, 0, blob, self._cost(blob), key]
+        cost = self._cost(blob)
+        if cost < self._min_cost:
+            self._min_cost = cost
+        rank = -self._order
+        entry = [rank, 0, blob, cost, key]
+        heap = self._heap
+        if heap is not None:
+            old = self.get(key)
+            if old is not None:
+                del self._by_rank[old[_RANK]]  # its rank stays in the heap, skipped when popped
+            self._by_rank[rank] = entry
+            if len(heap) > 2 * len(self) + _HEAP_FROM:  # mostly replaced entries: rebuild
+                heap[:] = self._by_rank
+                heapify(heap)
+            else:
+                heappush(heap, rank)
+        self[key] = entry
 
     def refine(self, key: str, blob: bytes) -> None:
         """Replace the queued update about ``key`` by ``blob``, keeping its transmission count;
@@ -54,7 +86,9 @@ class BroadcastQueue(dict):
         entry = self.get(key)
         if entry is not None:
             entry[_BLOB] = blob
-            entry[_COST] = self._cost(blob)
+            entry[_COST] = cost = self._cost(blob)
+            if cost < self._min_cost:
+                self._min_cost = cost
 
     def fresh(self, below: int) -> bool:
         """Whether some queued update has been transmitted fewer than ``below`` times."""
@@ -71,9 +105,16 @@ class BroadcastQueue(dict):
         """Blobs that fit in ``budget`` bytes, most urgent first; counts one transmission each."""
         if not self or budget <= 0:
             return []
+        if len(self) > _HEAP_FROM:
+            return self._take_from_heap(budget, limit)
+        self._heap = None
+        self._by_rank.clear()
         chosen: list[bytes] = []
+        floor = self._min_cost
         entry: list[Any]
         for entry in sorted(self.values()):
+            if budget < floor:
+                break
             cost = entry[_COST]
             if cost > budget:
                 continue
@@ -83,4 +124,36 @@ class BroadcastQueue(dict):
             entry[_TRANSMITS] += 1
             if entry[_TRANSMITS] >= limit:
                 del self[entry[_KEY]]
+        return chosen
+
+    def _take_from_heap(self, budget: int, limit: int) -> list[bytes]:
+        """``take`` for a long queue: pop ranks (unique, so in the order a sort gives) only
+        until the budget is spent, and push back those still queued."""
+        heap, by_rank = self._heap, self._by_rank
+        if heap is None:
+            by_rank.clear()
+            by_rank.update((entry[_RANK], entry) for entry in self.values())
+            heap = self._heap = list(by_rank)
+            heapify(heap)
+        chosen: list[bytes] = []
+        back: list[int] = []
+        floor = self._min_cost
+        while heap and budget >= floor:
+            rank = heappop(heap)
+            entry = by_rank.pop(rank, None)
+            if entry is None:
+                continue  # replaced since
+            cost = entry[_COST]
+            if cost <= budget:
+                budget -= cost
+                chosen.append(entry[_BLOB])
+                entry[_TRANSMITS] += 1
+                if entry[_TRANSMITS] >= limit:
+                    del self[entry[_KEY]]
+                    continue
+                rank = entry[_RANK] = rank + _RANK_STEP
+            by_rank[rank] = entry
+            back.append(rank)
+        for rank in back:
+            heappush(heap, rank)
         return chosen
