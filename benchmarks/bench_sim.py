@@ -4,6 +4,7 @@
     python benchmarks/bench_sim.py --speed [--nodes 256] [--speed-s 300] [--repeat 3]
     python benchmarks/bench_sim.py --pool-seeds 8 [--seed 1]   # crash detection over 8 x 16 kills
     python benchmarks/bench_sim.py --speed --check-cores ...   # the cost of the core index check
+    python benchmarks/bench_sim.py --large [--nodes 1024] [--large-s 600] [--kills 10]
 
 Runs each goal scenario once (one process, one core), writes each run's metrics.json under
 --out, and prints the goals table recorded in docs/simulations.md. Long: the 1-hour loss run
@@ -14,6 +15,13 @@ wall" goal): ``steady``, ``crash-many`` (one kill every 30 s) and ``loss`` at 5%
 ``--speed-s`` simulated seconds after warm-up, each ``--repeat`` times; prints simulated
 seconds per wall second and the wall seconds one simulated hour would take, best of the
 repeats (the machine may be shared: the best run is the least disturbed one).
+
+``--large`` measures membership at scale (issue 14 item 3) in one run of ``--large-s`` simulated
+seconds after warm-up (default N=1,024 when --nodes is not given): traffic in a quiet window (from
+60 s, once the gossip of the bootstrap's joins has died down, until the first kill), then kills
+spread over the second half (every 27 s by default; detection: dead everywhere, first suspicion, first death) and one
+join (how long until every view holds it), traffic over the whole run; and the simulator's wall
+and CPU time for the bootstrap and for the run (CPU time: the box may be shared).
 
 With ``PYTHONPATH=build/mypyc`` (after ``make sim-fast``) the membership core runs compiled;
 the first line printed says which core ran, and a build older than the sources is refused.
@@ -26,6 +34,7 @@ import filecmp
 import json
 import os
 import sys
+import time
 from typing import Any
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -98,9 +107,58 @@ def pooled_detection(n: int, first_seed: int, seeds: int) -> None:
           f"{json.dumps(percentiles(samples))}", flush=True)
 
 
+def large(n: int, sim_s: float, kills: int, seed: int) -> None:
+    """Membership at N (``--large``, see the module docstring): one run, progress on stderr."""
+    quiet_from, first_kill = 60.0, sim_s / 2
+    every = (sim_s - 30.0 - first_kill) / max(1, kills)
+    marks: dict[str, tuple[float, int, int, int]] = {}
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    print(f"bootstrap: {n} nodes ...", file=sys.stderr, flush=True)
+
+    def plan(cluster) -> None:
+        sim = cluster.sim
+        t0 = sim.now
+        print(f"bootstrap: settled at {t0:.1f} s simulated, {time.perf_counter() - wall0:.1f} s wall",
+              file=sys.stderr, flush=True)
+        marks["boot"] = (time.perf_counter() - wall0, 0, 0, 0)
+        marks["boot_cpu"] = (time.process_time() - cpu0, 0, 0, 0)
+
+        def mark(name: str) -> None:
+            up = sum(1 for node in cluster.nodes.values() if node.up)
+            marks[name] = (sim.now, sim.datagrams, sim.datagram_bytes, up)
+
+        def kill() -> None:
+            ids = [node.node_id for node in cluster.nodes.values() if node.up and not node.leaving]
+            cluster.crash(sim.scenario_rng.sample(ids, 1))
+
+        sim.at(t0 + quiet_from, mark, "quiet")
+        sim.at(t0 + first_kill, mark, "quiet_end")
+        for i in range(kills):
+            sim.at(t0 + first_kill + i * every, kill)
+        sim.at(t0 + first_kill + (kills - 0.5) * every, cluster.join)
+
+    r = run_scenario("steady", nodes=n, duration_s=sim_s, seed=seed, check_cores=False, before_run=plan,
+                     progress=progress_bar(f"N={n}"))
+    (t1, d1, b1, up), (t2, d2, b2, _) = marks["quiet"], marks["quiet_end"]
+    join = [e for e in r["events"] if e["kind"] == "join"]
+    cpu = time.process_time() - cpu0 - marks["boot_cpu"][0]
+    print(f"N={n}, seed {seed}, {sim_s:g} s simulated: bootstrap {marks['boot'][0]:.1f} s wall "
+          f"({marks['boot_cpu'][0]:.1f} s CPU), run {r['wall_s']:.1f} s wall ({cpu:.1f} s CPU; "
+          f"{r['steps']} events); load {os.getloadavg()[0]:.1f}")
+    print(f"quiet window ({t2 - t1:.0f} s): {(d2 - d1) / up / (t2 - t1):.3f} datagrams/member/s, "
+          f"{(b2 - b1) / up / (t2 - t1):.1f} bytes/member/s")
+    print(f"whole run ({kills} kills, 1 join): {r['datagrams_per_member_s']} datagrams/member/s, "
+          f"{r['bytes_per_member_s']} bytes/member/s, largest datagram {r['max_datagram_bytes']} B")
+    print(f"dead everywhere {json.dumps(r['detection_s'])}; first suspicion {json.dumps(r['first_suspect_s'])}; "
+          f"first death {json.dumps(r['first_dead_s'])}")
+    print(f"join in every view (views converged, 0.5 s samples): {join[0]['converged_s'] if join else None} s; "
+          f"false suspicions {r['false_suspicions']}, false deaths {r['false_deaths']}, "
+          f"undetected crashes {r['undetected_crashes']}", flush=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=256)
+    ap.add_argument("--nodes", type=int, help="cluster size (default 256; 1024 with --large)")
     ap.add_argument("--hour", type=float, default=3600.0, help="length of the 'one hour' runs (s)")
     ap.add_argument("--stalls", type=float, default=600.0, help="length of the stall runs (s)")
     ap.add_argument("--seed", type=int, default=1)
@@ -112,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only the crash run, for seeds --seed .. --seed+K-1, detection pooled")
     ap.add_argument("--speed-s", type=float, default=300.0, help="simulated seconds per --speed run")
     ap.add_argument("--repeat", type=int, default=3, help="--speed: runs per scenario (best counts)")
+    ap.add_argument("--large", action="store_true", help="membership at scale, N=1024 by default (see above)")
+    ap.add_argument("--large-s", type=float, default=600.0, help="--large: simulated seconds after warm-up")
+    ap.add_argument("--kills", type=int, default=10, help="--large: kills in the second half of the run")
     ap.add_argument("--check-cores", action="store_true",
                     help="also run every touched membership core's own invariant check after every step "
                          "(as the tests do; off by default, as in `placement simulate`)")
@@ -121,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> int:
     args = build_parser().parse_args()
     print(f"membership core: {membership_build()}", flush=True)
+    if args.large:
+        large(args.nodes or 1024, args.large_s, args.kills, args.seed)
+        return 0
+    args.nodes = args.nodes or 256
     if args.speed:
         speed(args.nodes, args.speed_s, args.repeat, args.seed, args.check_cores)
         return 0

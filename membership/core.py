@@ -373,7 +373,10 @@ class Swim:
                 if due < t:
                     t = due
         if not self._view.leaving:
-            t = min(t, prober.next_probe_at, self._next_dead_retry_at)
+            if prober.next_probe_at < t:
+                t = prober.next_probe_at
+            if self._next_dead_retry_at < t:
+                t = self._next_dead_retry_at
             p = prober.probe
             if p is not None and not p.acked and not p.indirect_sent and p.timeout_at < t:
                 t = p.timeout_at

@@ -75,6 +75,7 @@ class View:
         "node_id",
         "reclaim_from",
         "ring",
+        "ring_pos",
         "ring_self",
     )
 
@@ -102,6 +103,9 @@ class View:
         #: The probe ring ("Probe schedule" in core.py): live members and us, sorted by ring_key.
         self.ring_self = ring_key(node_id)
         self.ring: list[tuple[int, str]] = [self.ring_self]
+        #: Our index in ``ring``, or -1 until ``ring_target`` needs it after the ring changed (it
+        #: changes on joins and deaths, while every member finds its place once per period).
+        self.ring_pos = 0
         #: Ever had a live peer: refusals no longer stop us (``JoinRefused``).
         self.had_peer = False
         #: We left (``Swim.leave``): no input is handled, no one is probed.
@@ -138,6 +142,7 @@ class View:
                 self.live_pos[last] = pos
             ring = self.ring
             del ring[bisect_left(ring, ring_key(m.node_id))]
+            self.ring_pos = -1
 
     def live_changed(self, m: Member) -> None:
         """``m``'s status or incarnation may have changed: keep the checksum's entries in step
@@ -161,6 +166,7 @@ class View:
         self.live_pos[node_id] = len(self.live_peers)
         self.live_peers.append(node_id)
         insort(self.ring, ring_key(node_id))
+        self.ring_pos = -1
 
     def live_count(self) -> int:
         """Live members, us included (N in the SWIM/Lifeguard formulas)."""
@@ -173,7 +179,9 @@ class View:
         n = len(ring)
         if n < 2:
             return None
-        me = bisect_left(ring, self.ring_self)
+        me = self.ring_pos
+        if me < 0:
+            me = self.ring_pos = bisect_left(ring, self.ring_self)
         return self.members[ring[(me + 1 + period % (n - 1)) % n][1]]
 
     def reclaim(self, horizon: float) -> None:
@@ -200,3 +208,4 @@ class View:
                                      if m.status in LIVE_STATUSES}, "checksum entries"
         assert self.checksum == sum(map(entry_hash, self.live_entries.values())) & 0xFFFFFFFF, "checksum"
         assert self.ring == sorted(ring_key(k) for k in live | {self.node_id}), "probe ring"
+        assert self.ring_pos < 0 or self.ring[self.ring_pos] == self.ring_self, "probe ring position"

@@ -23,6 +23,8 @@ import numpy as np
 
 from placement.exclusive import Acquired, Ended
 
+from .nodes import SwimNode
+
 __all__ = ["NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
 
 
@@ -51,12 +53,17 @@ swim_core_indexes.__name__ = "swim core indexes"
 
 class SelfView:
     """A running process never holds itself dead, and its incarnation never falls (a restart is
-    a new process: it may start lower)."""
+    a new process: it may start lower).
+
+    Checked after every step on every touched node, so it reads the core's own member record
+    (``Swim._self``, which ``Swim.status`` and ``Swim.incarnation`` read) directly: through the
+    two properties this check was 8% of a 256-node loss run's instructions."""
 
     __name__ = "self view"
 
     def __init__(self) -> None:
-        #: node -> [its core, the incarnation last seen] (a new core: a new process).
+        #: node -> [its core, the core's own record, the incarnation last seen] (a new core: a
+        #: new process).
         self._last: dict[Any, list] = {}
 
     def __call__(self, sim) -> str | None:
@@ -68,17 +75,17 @@ class SelfView:
             core = node.core
             if core is None or not node.up:
                 continue
-            status = core.status
-            if status != "alive" and status != "left":
-                return f"{node.node_id} considers itself {status}"
-            inc = core.incarnation
             seen = last.get(node)
             if seen is None or seen[0] is not core:
-                last[node] = [core, inc]
-            elif inc < seen[1]:
-                return f"{node.node_id}'s incarnation fell from {seen[1]} to {inc}"
-            else:
-                seen[1] = inc
+                seen = last[node] = [core, core._self, core.incarnation]
+            me = seen[1]
+            status = me.status
+            if status != "alive" and status != "left":
+                return f"{node.node_id} considers itself {status}"
+            inc = me.incarnation
+            if inc < seen[2]:
+                return f"{node.node_id}'s incarnation fell from {seen[2]} to {inc}"
+            seen[2] = inc
         return None
 
 
@@ -95,7 +102,10 @@ class OneLeaderPerView:
     compared partition by partition. A node placing from its own view (``own is None``) must
     also hold the table *of* that view once it has computed one for it. (``SwimNode`` computes
     that table lazily, when the metrics sample what it leads: the check runs then, since that
-    is when the node's claims exist.)
+    is when the node's claims exist.) A node that sets a table marks itself touched and counts
+    it in ``SwimNode.tables_set``; while that count is unchanged since the last check, no
+    touched node can hold a table not seen yet, so the check returns at once (it was 5% of a
+    256-node loss run's instructions, looking at every touched node after every step).
     """
 
     __name__ = "one leader per partition among equal views"
@@ -106,10 +116,11 @@ class OneLeaderPerView:
         self._checked: dict[int, tuple[Any, frozenset]] = {}
         self._held: dict[Any, Any] = {}  # node -> the table checked last
         self._max_tables = max_tables
+        self._tables_set = -1  # SwimNode.tables_set when every touched node was last checked
 
     def __call__(self, sim) -> str | None:
         touched = sim.touched
-        if not touched:
+        if not touched or SwimNode.tables_set == self._tables_set:
             return None
         held = self._held
         for node in touched if len(touched) == 1 else dict.fromkeys(touched):
@@ -131,6 +142,7 @@ class OneLeaderPerView:
                     differ = sorted(ids.symmetric_difference(view))[:4]
                     return (f"{node.node_id} leads from a table of another view than its own "
                             f"(members differing: {differ})")
+        self._tables_set = SwimNode.tables_set
         return None
 
     def _compare(self, holder_id: str, table) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 
@@ -133,6 +134,10 @@ class SwimNode(Node):
 
     has_view = True
     addr: tuple[str, int]  # always set: a gossip process has an address from its creation on
+    #: Placement tables set on any ``SwimNode`` of this process so far: while it stays the same,
+    #: no node holds a table the one-leader invariant has not seen (``OneLeaderPerView``), so
+    #: that check, run after every step, skips its per-node work.
+    tables_set: ClassVar[int] = 0
 
     def __init__(self, sim, node_id: str, index: int, weight: float, *, config: MembershipConfig,
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
@@ -157,7 +162,7 @@ class SwimNode(Node):
         self._on_event = on_event
         self.clock_offset_s = clock_offset_s
         self.core: Swim | None = None
-        self._table: PlacementTable | None = None
+        self._placement_table: PlacementTable | None = None
         self._view_version = 0  # bumped on every view change
         self._table_version = -1  # the view version the table was computed from
         self._leads = _EMPTY
@@ -188,6 +193,19 @@ class SwimNode(Node):
             self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
+
+    @property
+    def _table(self) -> PlacementTable | None:
+        """The placement table this node computed last (of its view, or of its stable view
+        under exclusive ownership)."""
+        return self._placement_table
+
+    @_table.setter
+    def _table(self, table: PlacementTable | None) -> None:
+        # A new table: the invariants compare it after this step (``OneLeaderPerView``).
+        self._placement_table = table
+        SwimNode.tables_set += 1
+        self.sim.touched.append(self)
 
     def _table_of(self, view) -> PlacementTable:
         self._table = self.placement.table(dict(view), self._table)
@@ -370,7 +388,6 @@ class SwimNode(Node):
         if self._table_version != self._view_version:
             self._table = self.placement.table(self.view, self._table)
             self._table_version = self._view_version
-            self.sim.touched.append(self)  # a new table: the invariants compare it
             self._leads = np.asarray(self._table.owned_by(self.node_id, leader_only=True), dtype=np.int64)
         return self._leads
 

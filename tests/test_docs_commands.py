@@ -269,6 +269,7 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2": _BENCH,
     "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2 --check-cores": _BENCH,
     "python benchmarks/bench_sim.py --only crash --only split": _BENCH,
+    "python benchmarks/bench_sim.py --large": _BENCH,
     "docker build -t REGISTRY/placement-service:0.1.0 .": "no Docker engine here (tests/test_compose.py checks "
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
     "cd deploy/k8s && kustomize edit set image placement-service=REGISTRY/placement-service:0.1.0 && cd -":
@@ -335,7 +336,7 @@ def test_commands_not_run_here_still_parse():
             words = shlex.split(command)
             bench.parse_args(words[words.index("benchmarks/bench_sim.py") + 1:])
             parsed += 1
-    assert parsed == 17  # 7 placement commands, 2 spark-submit jobs, 8 bench_sim runs
+    assert parsed == 18  # 7 placement commands, 2 spark-submit jobs, 9 bench_sim runs
 
 
 def test_the_image_name_is_the_one_kustomize_sets():
