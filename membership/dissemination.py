@@ -30,6 +30,9 @@ from .wire import Codec
 
 __all__ = ["Dissemination"]
 
+# ``push_below`` of an update whose whole retransmit budget gossip rounds may push.
+_WHOLE_BUDGET = 1 << 30
+
 # A push-pull request from one address is answered at most this often (limits amplification:
 # one small request datagram triggers several full-state datagrams).
 _PUSH_PULL_REPLY_GUARD_S = 1.0
@@ -125,8 +128,10 @@ class Dissemination:
         self._queue(self.codec.encode_message(msg), msg.node, self.config.suspect_push_rounds)
 
     def _queue(self, blob: bytes, node: str, rounds: int | None) -> None:
-        limit = self.retransmit_limit()
-        push_below = limit if rounds is None else min(limit, rounds * self.config.gossip_fanout)
+        # A whole budget is "always fresh" rather than today's limit: the limit grows with the
+        # cluster, and an Alive queued while a bootstrap had few members was otherwise pushed
+        # only as often as that small cluster needed (N=1,024: views settled 14 s later).
+        push_below = _WHOLE_BUDGET if rounds is None else rounds * self.config.gossip_fanout
         self.queue.push(node, blob, push_below)
         # A round is due at once after a quiet spell, else one interval after the last round:
         # an update then crosses the cluster in a chain of rounds at network speed (each
