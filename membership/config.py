@@ -56,9 +56,9 @@ class MembershipConfig:
     #: (memberlist uses SuspicionMult - 2 = 2; we keep 3 so a quick kill needs 4 accusers).
     suspicion_confirmations: int = 3
     #: Our addition (not in memberlist): about this many of the members that hear of a new
-    #: suspicion probe the suspect in their very next period (each with probability
-    #: reprobe / (N - 2)). Their failures are independent confirmations, gathered within about
-    #: two periods instead of K periods of chance probes; their pings carry the suspicion
+    #: suspicion probe the suspect next, at once if their current probe is answered (each with
+    #: probability reprobe / (N - 2)). Their failures are independent confirmations, gathered
+    #: within about a period instead of K periods of chance probes; their pings carry the suspicion
     #: (buddy system), so a slow-but-alive suspect learns of it sooner and refutes. 0 disables.
     suspicion_reprobe_members: int = 8
 

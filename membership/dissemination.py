@@ -105,27 +105,14 @@ class Dissemination:
         How many of its transmissions gossip rounds push (the rest ride on probes and acks):
         an ``Alive`` (a join, a refutation racing a verdict, new metadata) all of them, as
         memberlist does; a suspicion ``suspect_push_rounds`` rounds' worth and a death
-        ``dead_push_rounds`` rounds' worth (``MembershipConfig``, issue 14)."""
+        ``dead_push_rounds`` rounds' worth (``MembershipConfig``, issue 14). A newer update about
+        the same member, a Lifeguard confirmation included, starts a fresh budget."""
         cfg = self.config
         if isinstance(msg, Alive):
             rounds = None
         else:
             rounds = cfg.suspect_push_rounds if isinstance(msg, Suspect) else cfg.dead_push_rounds
         self._queue(self.codec.encode_message(msg), msg.node, rounds)
-
-    def pass_on(self, msg: Suspect) -> None:
-        """Queue ``msg``, a Lifeguard confirmation of a suspicion we hold: it must reach the
-        members whose timers it shortens (memberlist passes them on too). It replaces the
-        queued suspicion with a fresh budget: pushing is cheap (``suspect_push_rounds``), and
-        keeping the old count (our rule while whole budgets were pushed) left a confirmation
-        that came while the suspicion was still queued to probes and acks, too slow to shorten
-        anyone's timer once rounds push only the first transmissions.
-
-        One accuser per message, as before: a suspicion carrying every accuser we knew
-        (tried, issue 14) cut gossip by ~4% but let members reach the minimum timeout
-        together, and members frozen for up to 4 s were declared dead in the ``stalls``
-        scenario (2 per 600 s at N=256, 0 before)."""
-        self._queue(self.codec.encode_message(msg), msg.node, self.config.suspect_push_rounds)
 
     def _queue(self, blob: bytes, node: str, rounds: int | None) -> None:
         # A whole budget is "always fresh" rather than today's limit: the limit grows with the
@@ -173,7 +160,8 @@ class Dissemination:
         sent = False
         # A leaving member no longer probes (nothing to ride on): it pushes the whole budget.
         limit = self.retransmit_limit()
-        if self.queue.fresh(limit if view.leaving else None):
+        below = limit if view.leaving else None  # None: each update's own push budget
+        if self.queue.fresh(below):
             horizon = now - cfg.gossip_to_dead_s
             peers = view.live_peers
             if view.dead_since:
@@ -186,7 +174,7 @@ class Dissemination:
                 sent = True
                 self._stats["gossip_datagrams"] += 1
                 self.emit(self.codec.seal(blobs), view.members[peer_id].addr)
-                if not self.queue.fresh(limit if view.leaving else None):
+                if not self.queue.fresh(below):
                     break
         if sent:
             self._last_round_at = now
