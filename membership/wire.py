@@ -239,6 +239,10 @@ class Codec:
         self._capacity_plain = self.mtu_bytes - _PREFIX_LEN - self._envelope_overhead
         # msgpack.packb builds a Packer per call; one per codec does the same encoding cheaper.
         self._pack = msgpack.Packer(use_bin_type=True).pack
+        # The envelope's first four fields never change: packed once, as the head of its
+        # 6-element array (fixarray 0x96); ``seal`` appends the seq and the messages, which gives
+        # the bytes packing the whole list would (a third of seal's cost, once per datagram).
+        self._envelope_head = b"\x96" + self._pack([cluster, settings, sender, epoch])[1:]
 
     # --- sending ---
 
@@ -259,10 +263,11 @@ class Codec:
     def seal(self, blobs: Sequence[bytes]) -> bytes:
         """Build one datagram from pre-encoded messages (the caller keeps it within capacity)."""
         self._seq += 1
-        envelope = self._pack([self.cluster, self.settings, self.sender, self.epoch, self._seq, list(blobs)])
+        pack = self._pack
         if self.keyring.enabled:
+            envelope = b"".join((self._envelope_head, pack(self._seq), pack(blobs)))
             return _PREFIX_ENCRYPTED + self.keyring.seal(_PREFIX_ENCRYPTED, envelope)
-        return _PREFIX_PLAIN + envelope
+        return b"".join((_PREFIX_PLAIN, self._envelope_head, pack(self._seq), pack(blobs)))
 
     # --- receiving ---
 

@@ -48,6 +48,22 @@ def test_capacity_accounts_for_all_overheads():
         assert len(c.seal([blob] * n)) <= 500
 
 
+@settings(max_examples=200, deadline=None)
+@given(cluster=st.text(min_size=1, max_size=128), settings_=st.text(max_size=200),
+       sender=st.text(min_size=1, max_size=128), epoch=st.integers(0, 2**64 - 1),
+       seq0=st.integers(0, 2**64 - 2), blobs=st.lists(st.binary(max_size=300), max_size=40))
+def test_seal_is_the_whole_envelope_packed_at_once(cluster, settings_, sender, epoch, seq0, blobs):
+    """``seal`` packs the envelope's constant head once per codec; the bytes must be those of
+    packing the whole 6-element envelope (the reference: the plain msgpack call)."""
+    import msgpack
+    c = Codec(cluster=cluster, settings=settings_, sender=sender, epoch=epoch, keyring=Keyring(()),
+              mtu_bytes=1400, max_receive_bytes=65507)
+    c._seq = seq0
+    data = c.seal(blobs)
+    want = msgpack.packb([cluster, settings_, sender, epoch, seq0 + 1, blobs], use_bin_type=True)
+    assert data == b"SW\x01\x00" + want
+
+
 def test_keyring_rotation_rules():
     ring = Keyring([KEY1])
     ring.install(KEY2)
