@@ -407,6 +407,7 @@ class Swim:
         """Raise AssertionError if the internal indexes disagree with the view (for simulators
         and tests that check invariants after every step)."""
         self._view.check_invariants(self._suspicions)
+        self._prober.check_invariants()
 
     # ------------------------------------------------------------------ receiving
 

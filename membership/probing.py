@@ -62,6 +62,8 @@ class Prober:
     """Probing and answering probes for one member."""
 
     __slots__ = (
+        "_alive_others",
+        "_alive_others_at",
         "_awareness",
         "_clock_offset_s",
         "_last_unknown_sync_at",
@@ -97,6 +99,9 @@ class Prober:
         self._clock_offset_s = clock_offset_s
         self._seq = 0
         self._last_unknown_sync_at = float("-inf")
+        # Alive members other than us, in table order, as of view generation _alive_others_at.
+        self._alive_others: list[Member] = []
+        self._alive_others_at = -1
 
     def next_seq(self) -> int:
         """The sequence number of a new ping (any of ours: probes, relays, the others')."""
@@ -157,14 +162,35 @@ class Prober:
         target = view.members.get(probe.target)
         if target is None:
             return
-        me = view.me
-        helpers = [m for m in view.members.values() if m is not me and m is not target and m.status == ALIVE]
+        helpers = self._helpers_for(target)
         helpers = sample(self._rng, helpers, min(self.config.indirect_checks, len(helpers)))
         probe.nacks_expected = len(helpers)
         blob = self._out.codec.encode_message(PingReq(probe.seq, target.node_id, target.addr))
         for helper in helpers:
             self._stats["ping_reqs_sent"] += 1
             self._out.send(helper.addr, [blob])
+
+    def _helpers_for(self, target: Member) -> list[Member]:
+        """Whom a ping-req may go to: every alive member but us and ``target``, in table order
+        (the order the sampling draws index). The list of alive others is kept until the view's
+        generation moves, so a failed probe copies it in C instead of scanning the table in
+        Python (2.4% of a 256-node 5%-loss run)."""
+        view = self._view
+        if self._alive_others_at != view.generation:
+            me = view.me
+            self._alive_others = [m for m in view.members.values() if m is not me and m.status == ALIVE]
+            self._alive_others_at = view.generation
+        helpers = self._alive_others.copy()
+        if target.status == ALIVE:
+            helpers.remove(target)
+        return helpers
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the kept list of alive others is stale for its generation."""
+        view = self._view
+        if self._alive_others_at == view.generation:
+            assert self._alive_others == [m for m in view.members.values()
+                                          if m is not view.me and m.status == ALIVE], "ping-req helpers"
 
     def finish_probe(self, now: float) -> Suspect | None:
         """End the current probe; the accusation to apply if it failed and its target is live."""

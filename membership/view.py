@@ -65,6 +65,7 @@ class View:
     __slots__ = (
         "checksum",
         "dead_since",
+        "generation",
         "had_peer",
         "leaving",
         "live_entries",
@@ -110,10 +111,14 @@ class View:
         self.had_peer = False
         #: We left (``Swim.leave``): no input is handled, no one is probed.
         self.leaving = False
+        #: Bumped whenever a member enters or leaves the table or changes status, so a list
+        #: derived from the table (``Prober``'s ping-req helpers) is rebuilt only when stale.
+        self.generation = 0
 
     def add(self, m: Member) -> None:
         """Enter a member we did not hold (live: it comes from an ``Alive``)."""
         self.members[m.node_id] = m
+        self.generation += 1
         self._index_live(m.node_id)
         self.live_changed(m)
 
@@ -122,6 +127,7 @@ class View:
         was_live = m.status in LIVE_STATUSES
         m.status = status
         m.since = now
+        self.generation += 1
         self.live_changed(m)
         if m is self.me:
             return
@@ -192,6 +198,7 @@ class View:
                             if m.status in (DEAD, LEFT) and m.since < horizon]:
                 del self.members[node_id]
                 self.dead_since.pop(node_id, None)
+                self.generation += 1
             self.reclaim_from = min((m.since for m in self.members.values() if m.status in (DEAD, LEFT)),
                                     default=math.inf)
 
