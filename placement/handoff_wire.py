@@ -111,7 +111,8 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 #: kind -> where its fields that travel as lists are tuples in the class
-_TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES) for kind, (_, checks) in _KINDS.items()}
+_TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES)
+             for kind, (_, checks) in _KINDS.items()}
 #: class -> (kind, getter of its fields in order): asking ``dataclasses.fields`` for every
 #: message sent was most of the encoding's cost (a witness answers every member each second).
 #: Every class has two fields or more, so each getter returns a tuple.
