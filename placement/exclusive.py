@@ -106,7 +106,8 @@ class ExclusiveConfig:
     witnesses: int = 5
     #: The view must be unchanged, without suspects, this long to become the stable view.
     stable_after_s: float = 2.0
-    #: The driver is asked to call in at least this often (``get_timer``).
+    #: The driver is asked to call in at least this often (``get_timer``) while a rule that
+    #: depends on time may fire; in the steady state only when the lease's timers are due.
     tick_s: float = 0.25
     #: Unacknowledged notes, redirects and queries are resent this often.
     resend_s: float = 0.5
@@ -487,10 +488,28 @@ class Ownership:
         return due
 
     def get_timer(self) -> float:
-        t = min(self._now + self.config.tick_s, self.lease.next_time())
+        """When to call ``handle_timer`` next: every ``tick_s`` while some rule depends on the
+        time, else (``_steady``) when the lease's own timers are due or its fence margin begins
+        (an idle node woke four times a second to find nothing to do; issue 14)."""
+        steady = self._steady()
+        t = self.lease.next_time(idle=steady)
         for o in self._out:
             t = min(t, o.next_send)
-        return t
+        if steady:
+            return min(t, self.lease.valid_until - self.config.fence_drain_s)
+        return min(t, self._now + self.config.tick_s)
+
+    def _steady(self) -> bool:
+        """Can only the lease's timers and its fence margin change what the rules do, until the
+        next input? Every other rule that reads the clock is about something that does not exist
+        here: partitions waited for, notes held, rights to pass on, releases and their deadlines,
+        a restart, a leave, a view to propose (the local view differs from the stable one, or a
+        witness asked for help), a view or condemnation not yet acted on. A rule pass between
+        those times, without input, would do nothing (docs/ownership.md, "The timer")."""
+        lease = self.lease
+        return (self.fenced_reason is None and not self.leaving and not self._restarted
+                and not (self.waiting or self.free or self._to_pass) and self._release_due == math.inf
+                and not (lease.help_choose or lease.installs or lease.condemned) and self.view == lease.weights)
 
     @property
     def valid_until(self) -> float:
