@@ -79,7 +79,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .quorum_lease import Install, LeaseMessage, QuorumLease, is_quorum, witnesses_of
+from .quorum_lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, witnesses_of
 from .table import PlacementTable
 
 __all__ = [
@@ -106,7 +106,8 @@ class ExclusiveConfig:
     witnesses: int = 5
     #: The view must be unchanged, without suspects, this long to become the stable view.
     stable_after_s: float = 2.0
-    #: The driver is asked to call in at least this often (``get_timer``).
+    #: The driver is asked to call in at least this often (``get_timer``) while a rule that
+    #: depends on time may fire; in the steady state only when the lease's timers are due.
     tick_s: float = 0.25
     #: Unacknowledged notes, redirects and queries are resent this often.
     resend_s: float = 0.5
@@ -302,10 +303,24 @@ class Ownership:
         self._outside: dict[str, float] = {}
         self.table: PlacementTable | None = None
         self._table_num = -1  # the stable view ``table`` was computed from
+        #: (stable view object, leaving, joined) that ``table`` was computed for: the table is a
+        #: function of these alone, and the rule pass runs on every message and tick.
+        self._table_basis: tuple[object, bool, bool] | None = None
         self._indexed: PlacementTable | None = None
         self._leaders: tuple[str, ...] = ()
         self._mine: frozenset[int] = frozenset()
         self.owned: dict[int, _Owned] = {}
+        #: Bumped whenever a key of ``owned`` is added or removed (``_acquire``, ``_end``,
+        #: ``_drop_all``): ``_retable`` tests "owns only what it leads" again only after a change.
+        self._owned_changes = 0
+        self._all_mine: tuple[frozenset[int], int, bool] | None = None  # (led set, changes, result)
+        #: No releasing partition's deadline is before this (a lower bound: it is lowered when a
+        #: release starts and made exact by the pass that ends the due ones), so the rule pass,
+        #: run on every message and tick, need not walk every owned partition to find none due.
+        self._release_due = math.inf
+        #: Before then, in the steady state, a rule pass without an input the rules read would do
+        #: nothing (``_steady``): set by ``get_timer`` after a pass, cleared by the next pass.
+        self._quiet_until = -math.inf
         self.waiting: dict[int, _Waiting] = {}
         self.free: dict[int, tuple[int, Any, str]] = {}  # notes held: (epoch, payload, sender)
         self.known_epoch: dict[int, int] = {}
@@ -369,6 +384,18 @@ class Ownership:
     def receive_many(self, src: str, msgs: Iterable[Message], now: float) -> None:
         """Several messages from ``src`` (one datagram), then the rules run once."""
         self._now = now
+        if now < self._quiet_until:
+            msgs = list(msgs)
+            requests = [m for m in msgs if isinstance(m, LeaseReq)]
+            if len(requests) == len(msgs):
+                # A witness answering renewals (every member's, each second) in the steady state:
+                # what it does for them is not read by the rules, so unless a request taught it
+                # a later view, the pass would do nothing (``_quiet_until``).
+                for req in requests:
+                    self.lease.receive(src, req, now)
+                if self.lease.installs:
+                    self._update()
+                return
         acked: set[tuple[int, int]] = set()
         for msg in msgs:
             if isinstance(msg, NoteAck):
@@ -476,10 +503,30 @@ class Ownership:
         return due
 
     def get_timer(self) -> float:
-        t = min(self._now + self.config.tick_s, self.lease.next_time())
+        """When to call ``handle_timer`` next: every ``tick_s`` while some rule depends on the
+        time, else (``_steady``) when the lease's own timers are due or its fence margin begins
+        (an idle node woke four times a second to find nothing to do; issue 14)."""
+        if self._steady():
+            # Until then a rule pass without an input would do nothing (``_quiet_until``).
+            t = self._quiet_until = min(self.lease.next_time(idle=True),
+                                        self.lease.valid_until - self.config.fence_drain_s)
+        else:
+            t = min(self.lease.next_time(), self._now + self.config.tick_s)
         for o in self._out:
             t = min(t, o.next_send)
         return t
+
+    def _steady(self) -> bool:
+        """Can only the lease's timers and its fence margin change what the rules do, until the
+        next input? Every other rule that reads the clock is about something that does not exist
+        here: partitions waited for, notes held, rights to pass on, releases and their deadlines,
+        a restart, a leave, a view to propose (the local view differs from the stable one, or a
+        witness asked for help), a view or condemnation not yet acted on. A rule pass between
+        those times, without input, would do nothing (docs/ownership.md, "The timer")."""
+        lease = self.lease
+        return (self.fenced_reason is None and not self.leaving and not self._restarted
+                and not (self.waiting or self.free or self._to_pass) and self._release_due == math.inf
+                and not (lease.help_choose or lease.installs or lease.condemned) and self.view == lease.weights)
 
     @property
     def valid_until(self) -> float:
@@ -506,6 +553,7 @@ class Ownership:
     def _update(self) -> None:
         now = self._now
         lease = self.lease
+        self._quiet_until = -math.inf  # until ``get_timer`` says otherwise, after this pass
         lease.tick(now)
         self._maybe_propose(now)
         for ins in lease.installs:
@@ -524,9 +572,11 @@ class Ownership:
         else:
             self.fenced_reason = None
         self._retable(now)
-        # (``_end`` changes no other ownership, so listing the due ones first changes nothing.)
-        for p, o in [(p, o) for p, o in self.owned.items() if o.releasing and now >= o.deadline]:
-            self._end(p, o.deadline, None, timed_out=True)
+        if now >= self._release_due:
+            # (``_end`` changes no other ownership, so listing the due ones first changes nothing.)
+            for p, o in [(p, o) for p, o in self.owned.items() if o.releasing and now >= o.deadline]:
+                self._end(p, o.deadline, None, timed_out=True)
+            self._release_due = min((o.deadline for o in self.owned.values() if o.releasing), default=math.inf)
         self._try_acquire(now)
 
     def _installed(self, ins: Install, now: float) -> None:
@@ -549,6 +599,7 @@ class Ownership:
                 deadline = min(o.deadline if o.releasing else now + c.handoff_timeout_s, ins.cap)
                 if not o.releasing or deadline < o.deadline:
                     o.releasing, o.deadline, o.reason = True, deadline, o.reason or "moved"
+                    self._release_due = min(self._release_due, deadline)
                     self._actions.append(Release(p, deadline, o.reason, now))
         elif lease.valid(now) and (self.owned or self.free or self._owned_this_generation):
             self._drop_all(now)
@@ -583,6 +634,8 @@ class Ownership:
         # past back: so a view with a member it never saw, or a changed weight, only once changed
         # since the stable view was learned.
         stable = lease.weights
+        if not lease.help_choose and self.view == stable:
+            return  # nothing to propose (the steady state; the test at the end says the same)
         removed = stable.keys() - self.view.keys()
         # Members seen to die or leave need no settling: waiting would only delay takeovers.
         removals = bool(removed) and removed <= self.gone.keys() and all(
@@ -592,7 +645,7 @@ class Ownership:
         # the death was never followed by one without the dead member: fuzz seed 327.)
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and self._view_changed_at >= lease.learned_at))
-        if lease.help_choose or (settled and self.view != lease.weights and lease.valid(now)
+        if lease.help_choose or (settled and self.view != stable and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank())
 
@@ -612,16 +665,25 @@ class Ownership:
 
     def _retable(self, now: float) -> None:
         c = self.config
-        view = self._placement_view(without_me=self.leaving)
         old, old_num = self.table, self._table_num
-        self.table = self._tables(view) if (view and self.joined) else None
-        self._table_num = self.lease.num if self.table is not None else -1
+        stable, built = self.lease.views.view, self._table_basis
+        if built is None or built[0] is not stable or built[1] != self.leaving or built[2] != self.joined:
+            view = self._placement_view(without_me=self.leaving)
+            self.table = self._tables(view) if (view and self.joined) else None
+            self._table_num = self.lease.num if self.table is not None else -1
+            self._table_basis = (stable, self.leaving, self.joined)
         fenced = self.fenced_reason is not None
         mine = self._led_by_me()
         # The rules run on every message and tick. In the steady state this member owns exactly
         # the partitions it leads, and both loops over them below would do nothing: one subset
-        # test in C says so instead (issue 14: idle CPU).
-        all_mine = self.owned.keys() <= mine
+        # test in C says so instead, and only when what it owns or leads changed (issue 14:
+        # idle CPU; the test alone took 3-12 us with a few hundred partitions).
+        known = self._all_mine
+        if known is not None and known[0] is mine and known[1] == self._owned_changes:
+            all_mine = known[2]
+        else:
+            all_mine = self.owned.keys() <= mine
+            self._all_mine = (mine, self._owned_changes, all_mine)
         for p, o in (self.owned.items() if self.leaving or fenced or not all_mine else ()):
             if self.leaving:
                 reason, deadline = "leaving", now + c.handoff_timeout_s
@@ -634,6 +696,7 @@ class Ownership:
             deadline = min(deadline, self.lease.valid_until)
             if not o.releasing or deadline < o.deadline:
                 o.releasing, o.reason, o.deadline = True, reason, deadline
+                self._release_due = min(self._release_due, deadline)
                 self._actions.append(Release(p, deadline, reason, now))
         if self.table is None:
             return
@@ -823,6 +886,9 @@ class Ownership:
         lease = self.lease
         if self._census_num != lease.num:
             self._census_num, self._census, self._census_asked = lease.num, {}, {}
+        if not self.waiting:  # (the steady state: nothing to ask about, nothing to create)
+            self._census.clear()
+            return
         for p in [p for p in self._census if p not in self.waiting]:
             del self._census[p]  # came by note, or no longer ours to wait for
         others = [m for m in lease.stable if m != self.me]
@@ -930,6 +996,7 @@ class Ownership:
         self.epoch_clock = new
         self.known_epoch[p] = new
         self.owned[p] = _Owned(new)
+        self._owned_changes += 1
         self._owned_this_generation = True
         self.counters.acquired += 1
         if how == "note":
@@ -944,6 +1011,7 @@ class Ownership:
 
     def _end(self, p: int, at: float, payload: Any, *, timed_out: bool) -> None:
         o = self.owned.pop(p)
+        self._owned_changes += 1
         self.counters.released += 1
         if timed_out:
             self.counters.handoffs_timed_out += 1
@@ -965,6 +1033,7 @@ class Ownership:
         end = min(now, self.lease.valid_until if at is None else at)
         for p in list(self.owned):
             o = self.owned.pop(p)
+            self._owned_changes += 1
             self.counters.released += 1
             self._actions.append(Ended(p, o.epoch, end))
             self.waiting[p] = _Waiting(self.me, now, self.lease.generation)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -109,6 +110,14 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
+#: kind -> where its fields that travel as lists are tuples in the class
+_TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES)
+             for kind, (_, checks) in _KINDS.items()}
+#: class -> (kind, getter of its fields in order): asking ``dataclasses.fields`` for every
+#: message sent was most of the encoding's cost (a witness answers every member each second).
+#: Every class has two fields or more, so each getter returns a tuple.
+_ENCODE = {cls: (kind, operator.attrgetter(*(f.name for f in dataclasses.fields(cls))))
+           for kind, (cls, _) in _KINDS.items()}
 
 
 #: Messages are packed together up to about this many bytes per datagram (below a 1,500-byte
@@ -122,24 +131,40 @@ FRAGMENT = 13
 MAX_FRAGMENTS = 64
 
 
-def _fields(msg: Message) -> list[Any]:
-    values = [getattr(msg, f.name) for f in dataclasses.fields(msg)]
-    return [_KIND_OF[type(msg)], *(list(v) if isinstance(v, tuple) else v for v in values)]
+def _packed(msg: Message) -> bytes:
+    """``[kind, field...]`` packed (msgpack writes tuples as arrays, as it does lists)."""
+    kind, values = _ENCODE[type(msg)]
+    return msgpack.packb((kind, *values(msg)), use_bin_type=True)
 
 
-def _datagram(body: list[Any], keyring: Keyring | None) -> bytes:
-    raw = msgpack.packb(body, use_bin_type=True)
+def _array_header(n: int) -> bytes:
+    """msgpack's header of an array of ``n`` items (fixarray, array 16, array 32)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    return (b"\xdc" + n.to_bytes(2, "big")) if n < 1 << 16 else (b"\xdd" + n.to_bytes(4, "big"))
+
+
+def _datagram(head: bytes, items: list[bytes], keyring: Keyring | None) -> bytes:
+    """The datagram of ``[cluster, sender, [item, ...]]`` from ``head`` (the first two packed,
+    ``_head``) and the packed items: msgpack is concatenative, so these are the bytes
+    ``packb`` of the whole would give, without packing every message a second time."""
+    raw = head + _array_header(len(items)) + b"".join(items)
     return MAGIC + (keyring.seal(MAGIC, raw) if keyring is not None and keyring.keys else raw)
 
 
-def _fragments(packed: bytes, room: int) -> list[list[Any]]:
-    """A packed message cut into fragment items whose chunks take at most ``room`` bytes."""
+def _head(cluster: str, src: str) -> bytes:
+    return _array_header(3) + msgpack.packb(cluster, use_bin_type=True) + msgpack.packb(src, use_bin_type=True)
+
+
+def _fragments(packed: bytes, room: int) -> list[bytes]:
+    """A packed message cut into packed fragment items whose chunks take at most ``room`` bytes."""
     step = room - 16  # the fragment item's own fields
     count = -(-len(packed) // step)
     if count > MAX_FRAGMENTS:
         raise ValueError(f"a message of {len(packed)} bytes needs over {MAX_FRAGMENTS} datagrams")
     ident = zlib.crc32(packed)  # the same message resent gets the same id: harmless
-    return [[FRAGMENT, ident, i, count, packed[i * step:(i + 1) * step]] for i in range(count)]
+    return [msgpack.packb([FRAGMENT, ident, i, count, packed[i * step:(i + 1) * step]], use_bin_type=True)
+            for i in range(count)]
 
 
 def encode_many(src: str, msgs: list[Message], *, cluster: str = "", keyring: Keyring | None = None,
@@ -149,27 +174,27 @@ def encode_many(src: str, msgs: list[Message], *, cluster: str = "", keyring: Ke
     note overflowed receive buffers and made every receiver run its rules per note). A message
     larger than a datagram goes alone, in fragments (``Reassembler``)."""
     out: list[bytes] = []
-    batch: list[list[Any]] = []
+    batch: list[bytes] = []
+    head = _head(cluster, src)
     overhead = len(cluster.encode()) + len(src.encode()) + 16
     size = overhead
     for msg in msgs:
-        item = _fields(msg)
-        packed = msgpack.packb(item, use_bin_type=True)
+        packed = _packed(msg)
         if overhead + len(packed) > max_body:
-            out.extend(_datagram([cluster, src, [f]], keyring) for f in _fragments(packed, max_body - overhead))
+            out.extend(_datagram(head, [f], keyring) for f in _fragments(packed, max_body - overhead))
             continue
         if batch and size + len(packed) > max_body:
-            out.append(_datagram([cluster, src, batch], keyring))
+            out.append(_datagram(head, batch, keyring))
             batch, size = [], overhead
-        batch.append(item)
+        batch.append(packed)
         size += len(packed)
     if batch:
-        out.append(_datagram([cluster, src, batch], keyring))
+        out.append(_datagram(head, batch, keyring))
     return out
 
 
 def encode(src: str, msg: Message, *, cluster: str = "", keyring: Keyring | None = None) -> bytes:
-    return _datagram([cluster, src, [_fields(msg)]], keyring)
+    return _datagram(_head(cluster, src), [_packed(msg)], keyring)
 
 
 def _message(item: Any) -> Message | None:
@@ -177,11 +202,13 @@ def _message(item: Any) -> Message | None:
         return None
     cls, checks = _KINDS[item[0]]
     values = item[1:]
-    if len(values) != len(checks) or not all(check(v) for check, v in zip(checks, values)):
+    if len(values) != len(checks) or not all(map(operator.call, checks, values)):
         return None
     if cls is Disown and len(values[1]) != len(values[2]):
         return None
-    return cls(*(tuple(v) if check in _TUPLES else v for check, v in zip(checks, values)))
+    for i in _TUPLE_AT[item[0]]:
+        values[i] = tuple(values[i])
+    return cls(*values)
 
 
 class Reassembler:

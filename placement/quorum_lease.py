@@ -566,8 +566,13 @@ class QuorumLease:
         out, self._out = self._out, []
         return out
 
-    def next_time(self) -> float:
-        t = min(self._next_round, self._retry_at, self.views.next_time())
+    def next_time(self, *, idle: bool = False) -> float:
+        """When ``tick`` has something to do next. ``idle``: the caller's rules would do nothing
+        at the resend check of a round a quorum already granted, which asks no one: leave it out."""
+        t = min(self._next_round, self.views.next_time())
+        rnd = self._rounds.get(self._seq)
+        if not (idle and rnd is not None and is_quorum(rnd[2], self.witnesses)):
+            t = min(t, self._retry_at)
         for _, c in self._all_condemning():
             if not self._condemn_done(c):
                 t = min(t, c.next_send)

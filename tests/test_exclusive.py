@@ -372,3 +372,24 @@ def test_a_drain_reported_done_after_a_freeze_ends_ownership_at_the_lease_end() 
     a.release_done(p, end + 7.0)  # woken 7 s after its lease ended, no timer in between
     ended = [x for x in a.actions() if isinstance(x, Ended) and x.partition == p]
     assert ended and ended[0].at == end
+
+
+def test_a_settled_member_is_woken_for_its_lease_rounds_only() -> None:
+    """The steady state (docs/ownership.md, "The timer"): owning what it leads under a valid lease,
+    with nothing waited for, a member's timer is its next renewal round, not every ``tick_s``;
+    it keeps its lease and its partitions. A view change puts it back on the tick."""
+    a, b, now = settled_pair()
+    before = (set(a.owned), set(b.owned))
+    end, wakes = now + 10.0, 0
+    while (now := min(a.get_timer(), b.get_timer())) < end:
+        for c in (a, b):
+            if c.get_timer() <= now:
+                c.handle_timer(now)
+                wakes += 1
+        for src, dst in ((a, b), (b, a), (a, b)):
+            exchange(src, dst, now)
+        assert a.lease.valid(now) and b.lease.valid(now) and not a.actions() and not b.actions()
+    assert (set(a.owned), set(b.owned)) == before
+    assert wakes <= 2 * (10.0 / CFG.renew_s + 1)  # one a round each; every tick_s would be 80
+    b.set_view({"n1": 1.0, "n2": 1.0, "n3": 1.0}, (), now)
+    assert b.get_timer() <= now + CFG.tick_s

@@ -62,3 +62,12 @@ def test_fragments_are_malformed_without_a_reassembler_and_garbage_is_dropped() 
         data = MAGIC + msgpack.packb(["", "n1", [[13, 9, i, 2, b"\xc1\xc1"]]], use_bin_type=True)
         assert decode_many(data, reassembler=r) == ("n1", [])
     assert r.dropped == 1
+
+
+def test_a_datagram_is_what_msgpack_makes_of_the_whole_body() -> None:
+    """Each message is packed once and the packed messages are joined behind msgpack's array
+    header: the same bytes as packing ``[cluster, sender, [[kind, field...], ...]]`` at once
+    (from 16 messages on the header is longer)."""
+    for n in (1, 15, 16, 40):
+        (data,) = encode_many("n1", [NoteAck(i, i + 1) for i in range(n)], cluster="c")
+        assert data == MAGIC + msgpack.packb(["c", "n1", [[1, i, i + 1] for i in range(n)]], use_bin_type=True)
