@@ -238,11 +238,13 @@ class Codec:
         self._envelope_overhead = len(msgpack.packb([cluster, settings, sender, epoch, _U64, []])) + 3
         self._capacity_plain = self.mtu_bytes - _PREFIX_LEN - self._envelope_overhead
         # msgpack.packb builds a Packer per call; one per codec does the same encoding cheaper.
-        self._pack = msgpack.Packer(use_bin_type=True).pack
-        # The envelope's first four fields never change: packed once, as the head of its
-        # 6-element array (fixarray 0x96); ``seal`` appends the seq and the messages, which gives
-        # the bytes packing the whole list would (a third of seal's cost, once per datagram).
-        self._envelope_head = b"\x96" + self._pack([cluster, settings, sender, epoch])[1:]
+        packer = msgpack.Packer(use_bin_type=True)
+        self._pack = packer.pack
+        # The envelope's first four fields never change: packed once, behind the header of its
+        # 6-element array; ``seal`` appends the seq and the messages, which gives the bytes
+        # packing the whole list would (a third of seal's cost, once per datagram).
+        self._envelope_head = packer.pack_array_header(6) + b"".join(
+            map(packer.pack, (cluster, settings, sender, epoch)))
 
     # --- sending ---
 
