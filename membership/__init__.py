@@ -14,6 +14,8 @@ Layout (one concern per module, as in hashicorp/memberlist; sans-I/O as in aioqu
 ``suspicion``/``awareness``  Lifeguard suspicion timer and local health awareness
 ``queue``                    piggyback broadcast queue with retransmit limit
 ``aio``                      asyncio UDP driver: ``start_member(...) -> Member``
+``udp``                      the driver's socket: datagrams with the kernel's receive time (loop
+                             lag without a periodic wake-up), a bounded send backlog
 ``driver.drain``             the flush step every driver (asyncio, the simulator) runs after an input
 
 Core API (no I/O, no clock, injected RNG; the asyncio driver, the simulator and the tests all

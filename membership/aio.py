@@ -5,10 +5,13 @@ input (a datagram, a timer, an API call) the driver sends what the core queued, 
 events to subscribers (both through ``membership.driver.drain``, the step the simulator's node
 models share), and re-arms a single ``loop.call_at(core.get_timer())``.
 
-It also measures event-loop lag: a periodic callback compares when it was due with when it ran
-and reports the difference to ``core.report_loop_lag``, so a member whose own loop is starved
-(GC, CPU contention, a blocking call) raises its Lifeguard local health score and waits longer
-before accusing others, instead of declaring healthy peers dead.
+It also measures event-loop lag, so a member whose own loop is starved (GC, CPU contention, a
+blocking call) raises its Lifeguard local health score and waits longer before accusing others,
+instead of declaring healthy peers dead: how late the core's timer ran after its deadline, and
+how long each datagram waited in the socket's buffer (the kernel's receive time, see
+``membership.udp``), reported to ``core.report_loop_lag`` once per stall (``StallMeter``). Neither
+needs a wake-up of its own; where the kernel does not stamp datagrams a callback every
+``lag_check_interval_s`` checks how late it runs instead.
 
 Usage::
 
@@ -37,6 +40,7 @@ from .core import Swim
 from .driver import drain
 from .messages import Addr, Event, JoinAttempt, MemberInfo, Meta
 from .seeds import DnsSeed, Resolver, SeedFinder
+from .udp import StallMeter, UdpSocket, bind_udp
 
 __all__ = ["Member", "Subscription", "SubscriptionOverflow", "start_member", "system_resolver"]
 
@@ -92,15 +96,17 @@ class Subscription:
         self._queue.put_nowait(last)
 
 
-class Member(asyncio.DatagramProtocol):
+class Member:
     """A running member: one UDP socket driving one ``Swim`` core."""
 
-    def __init__(self, core: Swim, loop: asyncio.AbstractEventLoop, lag_check_interval_s: float) -> None:
+    def __init__(self, core: Swim, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                 lag_check_interval_s: float, *, stamp: bool = True) -> None:
         self.core = core
         self._loop = loop
-        self._transport: asyncio.DatagramTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._timer_armed = 0.0  # when the timer was armed: a deadline already past then is not lag
+        self._stalls = StallMeter(core.config.loop_lag_threshold_s)
         self._lag_interval = lag_check_interval_s
         self._lag_handle: asyncio.TimerHandle | None = None
         self._subscriptions: set[Subscription] = set()
@@ -110,25 +116,38 @@ class Member(asyncio.DatagramProtocol):
         self._resolving: asyncio.Task | None = None
         self._empty_resolutions = 0  # DNS found no seed but us, this many times in a row
         self.closed = False
+        self._udp = UdpSocket(loop, sock, self._arrived, self._count, stamp=stamp)
 
-    # --- asyncio.DatagramProtocol ---
+    # --- the socket ---
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+    def _arrived(self, data: bytes, addr: Addr, arrival: float | None) -> None:
+        if self.closed:
+            return
+        if arrival is not None:
+            now = self._loop.time()
+            self._late(now - (time.time() - arrival), now)
+        self.datagram_received(data, addr)
 
-    def datagram_received(self, data: bytes, addr: tuple) -> None:
+    def datagram_received(self, data: bytes, addr: Addr) -> None:
         if self.closed:
             return
         handler = self._channels.get(data[:2])
         if handler is not None:
-            handler(data, (addr[0], addr[1]))
+            handler(data, addr)
             return
-        self.core.receive_datagram(data, (addr[0], addr[1]), self._loop.time())
+        self.core.receive_datagram(data, addr, self._loop.time())
         self._flush()
 
-    def error_received(self, exc: Exception) -> None:
-        # e.g. ICMP port unreachable surfacing as ConnectionRefusedError: UDP is lossy anyway.
-        self.core.stats["socket_errors"] += 1
+    def _send(self, data: bytes, addr: Addr) -> None:
+        self._udp.sendto(data, addr)
+
+    def _count(self, what: str) -> None:
+        self.core.stats[what] += 1
+
+    def _late(self, due: float, now: float) -> None:
+        lag = self._stalls.late(due, now)
+        if lag is not None:
+            self.core.report_loop_lag(lag, now)
 
     # --- public API ---
 
@@ -138,9 +157,7 @@ class Member(asyncio.DatagramProtocol):
 
     @property
     def bound(self) -> Addr:
-        assert self._transport is not None
-        host, port = self._transport.get_extra_info("sockname")[:2]
-        return (host, port)
+        return self._udp.address
 
     def members(self) -> list[MemberInfo]:
         return self.core.members()
@@ -165,8 +182,8 @@ class Member(asyncio.DatagramProtocol):
 
     def send_datagram(self, data: bytes, addr: Addr) -> None:
         """Send one datagram of a channel from the gossip socket (dropped once closed)."""
-        if not self.closed and self._transport is not None:
-            self._transport.sendto(data, addr)
+        if not self.closed:
+            self._send(data, addr)
 
     async def update_meta(self, meta: Meta) -> None:
         self.core.update_meta(meta, self._loop.time())
@@ -192,8 +209,7 @@ class Member(asyncio.DatagramProtocol):
         for handle in (self._timer, self._lag_handle, self._resolving):
             if handle is not None:
                 handle.cancel()
-        if self._transport is not None:
-            self._transport.close()
+        self._udp.close()
         for sub in list(self._subscriptions):
             sub.close()
 
@@ -202,18 +218,22 @@ class Member(asyncio.DatagramProtocol):
     def _start(self, seeds: Iterable[Addr]) -> None:
         self.core.join(seeds, self._loop.time())
         self._flush()
-        self._schedule_lag_check()
+        if not self._udp.stamped:
+            self._schedule_lag_check()
 
     def _on_timer(self) -> None:
+        due = self._timer_at
         self._timer = None
         self._timer_at = None
         if not self.closed:
-            self.core.handle_timer(self._loop.time())
+            now = self._loop.time()
+            if due is not None:
+                self._late(max(due, self._timer_armed), now)
+            self.core.handle_timer(now)
             self._flush()
 
     def _flush(self) -> None:
-        assert self._transport is not None
-        drain(self.core, self._transport.sendto, self._on_event)
+        drain(self.core, self._send, self._on_event)
         if self.core.leave_broadcast_done:
             self._left.set()
         deadline = self.core.get_timer()
@@ -221,6 +241,7 @@ class Member(asyncio.DatagramProtocol):
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = deadline
+            self._timer_armed = self._loop.time()
             self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
 
     def _on_event(self, event: Event) -> None:
@@ -262,14 +283,14 @@ class Member(asyncio.DatagramProtocol):
         self._resolving = self._loop.create_task(self._resolve_seeds(retry_s))
 
     def _schedule_lag_check(self) -> None:
+        """The fallback where datagrams are not stamped: a callback every ``lag_check_interval_s``."""
         due = self._loop.time() + self._lag_interval
         self._lag_handle = self._loop.call_at(due, self._check_lag, due)
 
     def _check_lag(self, due: float) -> None:
         if self.closed:
             return
-        now = self._loop.time()
-        self.core.report_loop_lag(now - due, now)
+        self._late(due, self._loop.time())
         self._flush()
         self._schedule_lag_check()
 
@@ -284,7 +305,7 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
                        advertise: Addr | None = None, meta: Meta | None = None,
                        seeds: Iterable[Addr | DnsSeed] = (), rng: random.Random | None = None,
                        incarnation: int = 0, lag_check_interval_s: float = 0.1,
-                       resolver: Resolver | None = None) -> Member:
+                       resolver: Resolver | None = None, stamp: bool = True) -> Member:
     """Bind a UDP socket, start a core and join ``seeds``.
 
     A ``DnsSeed`` stands for every address its name resolves to (``resolver``, by default the
@@ -294,25 +315,27 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
     required when binding to a wildcard address (0.0.0.0 / ::). ``incarnation`` lets the caller
     start above any incarnation the cluster may hold (e.g. derived from wall-clock seconds);
     without it a restarted member learns the old incarnation at join and refutes it.
+
+    ``stamp=False`` measures loop lag with a callback every ``lag_check_interval_s`` even where
+    the kernel stamps datagrams (tests compare the two ways).
     """
     loop = asyncio.get_running_loop()
     if advertise is None and bind[0] in _UNSPECIFIED_HOSTS:
         raise ValueError(f"bound to the wildcard address {bind[0]!r}: pass advertise=(routable_host, port)")
-    # The core needs the advertised address, which for port 0 is only known after binding; so
-    # bind first with a placeholder protocol object, then build the core and swap it in (a
-    # datagram arriving in between is lost, which UDP allows).
-    transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=bind)
-    bound = transport.get_extra_info("sockname")[:2]
+    sock = await bind_udp(loop, bind)
+    bound = sock.getsockname()[:2]
     advertise = advertise or (bound[0], bound[1])
-    now = loop.time()
-    # Unix time aligns the members' probe schedules (see core's "Probe schedule"); the core's
-    # timers stay on the loop's monotonic clock.
-    core = Swim(config, node_id, advertise, meta=meta, rng=rng or random.Random(),
-                now=now, incarnation=incarnation, clock_offset_s=time.time() - now)
-    member = Member(core, loop, lag_check_interval_s)
-    transport.set_protocol(member)
-    member.connection_made(transport)
-    finder = SeedFinder(seeds, transport.get_extra_info("socket").family == socket.AF_INET6,
+    try:
+        now = loop.time()
+        # Unix time aligns the members' probe schedules (see core's "Probe schedule"); the core's
+        # timers stay on the loop's monotonic clock.
+        core = Swim(config, node_id, advertise, meta=meta, rng=rng or random.Random(),
+                    now=now, incarnation=incarnation, clock_offset_s=time.time() - now)
+        member = Member(core, loop, sock, lag_check_interval_s, stamp=stamp)
+    except BaseException:
+        sock.close()
+        raise
+    finder = SeedFinder(seeds, sock.family == socket.AF_INET6,
                         resolver or system_resolver)
     addrs: list[Addr] = list(finder.fixed)
     if finder.names:

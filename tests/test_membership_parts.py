@@ -170,7 +170,7 @@ def test_the_core_modules_import_no_io_clock_or_threads():
     forbidden = {"asyncio", "socket", "time", "threading", "selectors"}
     package = pathlib.Path(membership.__file__).parent
     for path in package.glob("*.py"):
-        if path.name == "aio.py":  # the driver is the one place for I/O
+        if path.name in ("aio.py", "udp.py"):  # the driver and its socket are the one place for I/O
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

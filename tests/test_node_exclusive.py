@@ -204,9 +204,7 @@ def test_a_node_cut_off_from_the_witnesses_stops_owning_before_the_others_take_o
         cut = nodes[1]
         member = cut.member
         member.send_datagram = lambda data, addr: None  # type: ignore[method-assign]  # handoff channel silenced
-        transport = member._transport
-        assert transport is not None
-        transport.sendto = lambda data, addr=None: None  # type: ignore[method-assign]  # gossip silenced
+        member._send = lambda data, addr: None  # type: ignore[method-assign]  # gossip silenced
         member.datagram_received = lambda data, addr: None  # type: ignore[method-assign]  # deaf too
         await eventually(lambda: cut.paused is not None and not cut.owned_partitions(), timeout_s=10,
                          what="the cut-off node fences itself")
