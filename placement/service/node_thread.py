@@ -117,9 +117,15 @@ class AppLoopLag:
     its age, so a loop blocked right now shows up without waiting for it to recover.
     ``lag_s`` is the largest lag of the last ``window_s`` (what a scrape every 15-60 s should see:
     a block that ended between two scrapes is not lost), or the age of the pending probe.
+
+    Resolution: a block of B >= ``interval_s`` seconds is always seen, as a lag between
+    B - ``interval_s`` and B; a shorter one with probability B / ``interval_s``. Each probe wakes
+    both loops, and on this project's test machine a wake-up of an idle loop costs about as much
+    CPU as a whole idle gossip member's other work (BENCHMARKS.md, "Idle CPU ... third pass"), so
+    the default is 0.5 s (it was 0.25 s): four wake-ups a second instead of eight.
     """
 
-    def __init__(self, post: Callable[..., bool], *, interval_s: float = 0.25, warn_s: float = 1.0,
+    def __init__(self, post: Callable[..., bool], *, interval_s: float = 0.5, warn_s: float = 1.0,
                  window_s: float = 60.0) -> None:
         self._post = post  # posts a callback to the application loop; False once it is closed
         self.interval_s = interval_s
