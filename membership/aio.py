@@ -148,6 +148,7 @@ class Member:
         lag = self._stalls.late(due, now)
         if lag is not None:
             self.core.report_loop_lag(lag, now)
+            self._flush()  # as after any input (a handoff datagram is not followed by one)
 
     # --- public API ---
 

@@ -11,7 +11,11 @@ BENCHMARKS.md, "Idle CPU ... third pass"). Where the kernel does not stamp datag
 (``UdpSocket.stamped`` is False) the driver falls back to that periodic check.
 
 What a stall delays is either a datagram (now stamped) or a timer (the driver knows when it was
-due), so a stall that delays neither went unseen - and had nothing to be late for.
+due), so a stall that delays neither went unseen - and had nothing to be late for. The receive
+time is wall-clock time: a step of the clock while a datagram waits (NTP) makes its wait look
+longer or shorter by the step; forward, that is one needless report (local health rises by one
+and the next verdicts wait a probe interval), backward one missed report of a delay that the
+timers may still show.
 
 Sending: ``sendto`` on the non-blocking socket; if the kernel's send buffer is full the
 datagram waits in a backlog of at most ``max_backlog`` (then dropped and counted, as a full
