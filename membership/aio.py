@@ -126,6 +126,9 @@ class Member:
         if arrival is not None:
             now = self._loop.time()
             self._late(now - (time.time() - arrival), now)
+        elif self._udp.stamped:  # the option was accepted but stamps nothing (another value on this CPU?)
+            self._udp.stamped = False
+            self._schedule_lag_check()
         self.datagram_received(data, addr)
 
     def datagram_received(self, data: bytes, addr: Addr) -> None:

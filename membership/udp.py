@@ -37,7 +37,8 @@ __all__ = ["SO_TIMESTAMPNS", "StallMeter", "UdpSocket", "arrival_time", "bind_ud
 
 #: ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``) from Linux ``<asm-generic/socket.h>`` (the
 #: ``_OLD`` name since 5.1: a ``struct timespec`` of the machine's word size); Python's
-#: ``socket`` module does not export it.
+#: ``socket`` module does not export it. Some architectures number it differently in their own
+#: ``asm/socket.h``: there the option stamps nothing and the driver falls back to its periodic check.
 SO_TIMESTAMPNS = 35
 _ANCILLARY_SPACE = socket.CMSG_SPACE(16)
 _MAX_DATAGRAM = 65535

@@ -136,3 +136,18 @@ def test_a_stalled_loop_is_reported_to_the_core_once(stamp):
             member.close()
 
     asyncio.run(main())
+
+
+def test_a_socket_that_stamps_nothing_falls_back_to_the_periodic_check():
+    async def main():
+        member = await start_member(MembershipConfig(cluster_name="lag"), "m0")
+        try:
+            if not member._udp.stamped:
+                pytest.skip("this kernel does not stamp datagrams (SO_TIMESTAMPNS)")
+            assert member._lag_handle is None
+            member._arrived(b"not gossip", ("127.0.0.1", 9), None)  # as if the option stamped nothing
+            assert not member._udp.stamped and member._lag_handle is not None
+        finally:
+            member.close()
+
+    asyncio.run(main())
