@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import platform
 import socket
 import struct
 import sys
@@ -38,8 +39,10 @@ __all__ = ["SO_TIMESTAMPNS", "StallMeter", "UdpSocket", "arrival_time", "bind_ud
 #: ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``) from Linux ``<asm-generic/socket.h>`` (the
 #: ``_OLD`` name since 5.1: a ``struct timespec`` of the machine's word size); Python's
 #: ``socket`` module does not export it. Some architectures number it differently in their own
-#: ``asm/socket.h``: there the option stamps nothing and the driver falls back to its periodic check.
+#: ``asm/socket.h``, so it is set only on those that use the generic numbers (``_GENERIC``); on
+#: others the driver uses its periodic check.
 SO_TIMESTAMPNS = 35
+_GENERIC = {"x86_64", "amd64", "i386", "i686", "aarch64", "arm64", "riscv64"}
 _ANCILLARY_SPACE = socket.CMSG_SPACE(16)
 _MAX_DATAGRAM = 65535
 #: Datagrams read per wake-up at most, so one busy socket cannot starve the loop's other work.
@@ -120,7 +123,8 @@ class UdpSocket:
         self._backlog: collections.deque[tuple[bytes, Addr]] = collections.deque()
         host, port = sock.getsockname()[:2]
         self.address: Addr = (host, port)  # kept after close
-        self.stamped = stamp and sys.platform.startswith("linux") and self._stamp()
+        self.stamped = (stamp and sys.platform.startswith("linux") and platform.machine().lower() in _GENERIC
+                        and self._stamp())
         self.closed = False
         loop.add_reader(sock.fileno(), self._read_ready)
 

@@ -47,9 +47,10 @@ def test_stall_meter_against_a_reference(work):
     """Against the rule written out: report when lag > threshold and due >= the last report's time."""
     meter, last = StallMeter(0.2), -float("inf")
     now = 0.0
-    for due_back, lag in work:
-        now += due_back  # time moves forward
-        due = now - lag
+    for step, wait in work:
+        now += step  # time moves forward
+        due = now - wait
+        lag = now - due  # (the same float the meter computes)
         expect = lag if lag > 0.2 and due >= last else None
         if expect is not None:
             last = now
