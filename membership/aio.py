@@ -294,8 +294,7 @@ class Member:
     def _check_lag(self, due: float) -> None:
         if self.closed:
             return
-        self._late(due, self._loop.time())
-        self._flush()
+        self._late(due, self._loop.time())  # (flushes when it reports: nothing else changed)
         self._schedule_lag_check()
 
 

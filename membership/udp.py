@@ -135,7 +135,6 @@ class UdpSocket:
             return False
         return True
 
-
     def sendto(self, data: bytes, addr: Addr) -> None:
         if self.closed:
             return
