@@ -21,6 +21,7 @@ Usage::
     async for event in member.subscribe():   # MemberEvent | JoinRefused | JoinAttempt | ...
         ...
     member.members(); member.live_members()
+    member.on_flush = fn     # fn(now) after every datagram/timer handled (see Member)
     await member.update_meta(Meta(weight=2.0))
     await member.leave()     # announce, give the gossip a moment, close
     member.close()           # abrupt stop (as if the process died)
@@ -97,7 +98,16 @@ class Subscription:
 
 
 class Member:
-    """A running member: one UDP socket driving one ``Swim`` core."""
+    """A running member: one UDP socket driving one ``Swim`` core.
+
+    ``on_flush``, if set, is called with the loop's time at the end of every flush: after each
+    datagram, timer or API call the driver handed the core, once what it queued was sent and the
+    timer re-armed. Work the owner must do now and then can ride on these wake-ups (at least one
+    a probe period while in a cluster) instead of a timer of its own: on the project's test
+    machine each wake-up of an idle thread costs ~240 us of CPU (BENCHMARKS.md, "Idle CPU side by
+    side with Serf, third pass"). It runs for every datagram, so it must be cheap; an exception
+    is logged and the member carries on.
+    """
 
     def __init__(self, core: Swim, loop: asyncio.AbstractEventLoop, sock: socket.socket,
                  lag_check_interval_s: float, *, stamp: bool = True) -> None:
@@ -116,6 +126,7 @@ class Member:
         self._resolving: asyncio.Task | None = None
         self._empty_resolutions = 0  # DNS found no seed but us, this many times in a row
         self.closed = False
+        self.on_flush: Callable[[float], None] | None = None
         self._udp = UdpSocket(loop, sock, self._arrived, self._count, stamp=stamp)
 
     # --- the socket ---
@@ -247,6 +258,12 @@ class Member:
             self._timer_at = deadline
             self._timer_armed = self._loop.time()
             self._timer = None if deadline is None else self._loop.call_at(deadline, self._on_timer)
+        hook = self.on_flush
+        if hook is not None:
+            try:
+                hook(self._loop.time())
+            except Exception:
+                logging.getLogger("membership").exception("on_flush hook %r raised (the member carries on)", hook)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, JoinAttempt) and self._finder is not None and self._resolving is None:

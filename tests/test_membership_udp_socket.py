@@ -151,3 +151,34 @@ def test_a_socket_that_stamps_nothing_falls_back_to_the_periodic_check():
             member.close()
 
     asyncio.run(main())
+
+
+def test_on_flush_runs_after_every_input_once_the_timer_is_armed_and_a_raising_hook_is_only_logged(caplog):
+    async def main():
+        loop = asyncio.get_running_loop()
+        member = await start_member(MembershipConfig(cluster_name="hook"), "m0")
+        seen: list[tuple[float, bool, int]] = []
+
+        def hook(now: float) -> None:
+            seen.append((now, member._timer_at == member.core.get_timer(), member.core.stats["dropped_bad_magic"]))
+
+        def boom(now: float) -> None:
+            raise RuntimeError("a hook bug")
+        try:
+            member.on_flush = hook
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+                out.sendto(b"not gossip", member.bound)
+                await wait_for(lambda: any(dropped for _, _, dropped in seen), 5.0, "a flush after the datagram")
+                assert all(armed for _, armed, _ in seen), "called last, after the timer was re-armed"
+                assert all(now <= loop.time() for now, _, _ in seen)
+                member.on_flush = boom
+                out.sendto(b"not gossip", member.bound)
+                out.sendto(b"not gossip", member.bound)
+                await wait_for(lambda: member.core.stats["dropped_bad_magic"] == 3, 5.0, "both datagrams read")
+            assert [r for r in caplog.records if r.name == "membership" and "on_flush hook" in r.getMessage()
+                    and r.exc_info is not None]
+            assert not member.closed and member._timer is not None and member._timer_at == member.core.get_timer()
+        finally:
+            member.close()
+
+    asyncio.run(main())

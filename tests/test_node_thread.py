@@ -1,12 +1,16 @@
-"""The membership thread's plumbing: mailboxes between loops, and the application-loop lag probe."""
+"""The membership thread's plumbing: mailboxes between loops, the application loop's lag timer,
+and what the membership thread does on its member's wake-ups instead of a timer of its own."""
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
 
-from placement.service.node_thread import AppLoopLag, Mailbox
+from membership import MemberEvent, MembershipConfig, Meta
+from membership.aio import start_member
+from placement.service.node_thread import AppLoopLag, Mailbox, MembershipThread
 
 
 def test_a_mailbox_runs_posts_from_another_thread_in_order_once_opened_and_isolates_errors(caplog):
@@ -48,21 +52,246 @@ def test_a_mailbox_to_a_closed_loop_says_so():
     assert box.post(print) is False
 
 
-def test_lag_probe_reports_a_pending_probe_at_once_and_the_worst_recent_lag_after():
-    posted: list[tuple[Callable[..., object], tuple[float, ...]]] = []
+def until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` from this (non-loop) thread until it holds, with a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.005)  # polling a condition with a deadline, not waiting for an effect
 
-    def post(fn: Callable[..., object], *args: float) -> bool:  # AppLoopLag posts (answer, seq, sent)
-        posted.append((fn, args))
-        return True
-    lag = AppLoopLag(post, warn_s=1.0)
-    t0 = time.monotonic()
-    assert lag.tick(t0) and len(posted) == 1
-    assert lag.tick(t0 + 0.25) and len(posted) == 1, "one probe in flight at most"
-    fn, args = posted[0]
-    assert lag.lag_s >= time.monotonic() - t0 - 0.01  # pending: at least its age
-    # The application loop answers 2 s late (the send time is moved back instead of waiting).
-    fn(args[0], args[1] - 2.0)
-    assert 2.0 <= lag.lag_s < 3.0
-    assert lag.tick(time.monotonic()) and len(posted) == 2
-    posted[1][0](*posted[1][1])  # answered at once: the 2 s stays the worst of the window
-    assert 2.0 <= lag.lag_s < 3.0
+
+class AppLoop:
+    """An application loop on a thread of its own, which the test can block and release."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self._release = threading.Event()
+
+    def block(self) -> None:
+        """Block the loop until ``release()`` (returns once it is blocked)."""
+        self._release.clear()
+        blocked = threading.Event()
+
+        def hold() -> None:
+            blocked.set()
+            self._release.wait(30)
+        self.loop.call_soon_threadsafe(hold)
+        assert blocked.wait(10), "the loop blocks"
+
+    def release(self) -> None:
+        self._release.set()
+
+    def close(self) -> None:
+        self._release.set()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def messages(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_lag_timer_shows_a_blocked_loop_at_once_from_another_thread_and_the_worst_recent_lag_after(caplog):
+    caplog.set_level(logging.WARNING, logger="placement.node")
+    app = AppLoop()
+    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3, window_s=1.0)
+    try:
+        app.loop.call_soon_threadsafe(lag.start)
+        until(lambda: lag._due is not None, 5, "the timer armed")
+        first = lag._due
+        until(lambda: lag._due not in (None, first), 5, "the timer re-armed itself")
+        app.block()
+        # Read from this thread while the loop is blocked: how overdue its timer is, growing.
+        until(lambda: lag.lag_s >= 0.4, 10, "the blocked loop's lag, read while the block lasts")
+        assert max((x for _, x in lag._recent), default=0.0) < 0.4, "seen as pending, not from a timer that ran"
+        assert messages(caplog, "was blocked for") == []
+        released = time.monotonic()
+        app.release()
+        until(lambda: (lag._due or 0.0) > released, 5, "the timer ran after the block")
+        # No longer pending: the worst lag of the window, as the timer measured it.
+        assert lag.lag_s >= 0.4 and max(x for _, x in lag._recent) >= 0.4
+        assert messages(caplog, "the application's event loop was blocked for"), "a block >= warn_s is logged"
+        # Once out of the window (1 s here) it is forgotten.
+        until(lambda: lag.lag_s < 0.3, 10, "the block aged out of the window")
+    finally:
+        lag.stop()
+        app.close()
+
+
+def test_lag_timer_overdue_check_warns_once_per_blocked_episode(caplog):
+    """What the membership thread calls on its own wake-ups (its ``now`` given here)."""
+    caplog.set_level(logging.WARNING, logger="placement.node")
+    app = AppLoop()
+    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3)
+    try:
+        app.loop.call_soon_threadsafe(lag.start)
+        until(lambda: lag._due is not None, 5, "the timer armed")
+        for episode in (1, 2):
+            app.block()
+            due = lag._due  # stands still while the loop is blocked
+            assert due is not None
+            lag.check(due + 0.29)
+            assert len(messages(caplog, "has not run for")) == episode - 1, "not yet warn_s overdue"
+            for late in (0.3, 0.31, 0.5, 2.0, 10.0):
+                lag.check(due + late)
+            assert len(messages(caplog, "has not run for")) == episode, "one line per blocked episode"
+            app.release()
+            until(lambda: lag._due not in (None, due), 5, "the timer ran after the block")
+    finally:
+        lag.stop()
+        app.close()
+
+
+def test_lag_timer_stops_cleanly_on_its_loop_from_another_thread_and_on_a_closed_loop():
+    async def on_its_loop() -> None:
+        loop = asyncio.get_running_loop()
+        lag = AppLoopLag(loop, interval_s=0.05)
+        lag.start()
+        mine = [h for h in loop._scheduled if getattr(h._callback, "__self__", None) is lag]
+        assert len(mine) == 1 and not mine[0].cancelled()
+        lag.stop()
+        assert mine[0].cancelled() and lag._handle is None and lag.lag_s == 0.0
+        lag.start()  # a stopped timer stays stopped
+        assert lag._handle is None
+    asyncio.run(on_its_loop())
+
+    app = AppLoop()
+    lag = AppLoopLag(app.loop, interval_s=0.05)
+    app.loop.call_soon_threadsafe(lag.start)
+    until(lambda: lag._handle is not None, 5, "the timer armed")
+    handle = lag._handle
+    lag.stop()  # from this thread
+    until(lambda: handle.cancelled(), 5, "the timer cancelled on its loop")
+    app.close()
+    lag.stop()  # the loop is closed now: nothing to do, nothing raised
+
+    closed = asyncio.new_event_loop()
+    lag = AppLoopLag(closed)
+    lag.start()
+    closed.close()
+    lag.stop()
+
+
+# ----- the membership thread: no timer of its own ----------------------------------------------
+
+async def lone_member_thread(events: list[object]) -> MembershipThread:
+    """A MembershipThread around one member with no seeds (no runner)."""
+    async def open_():
+        return await start_member(MembershipConfig(cluster_name="thread"), "a"), None
+
+    thread = MembershipThread("a", lambda event, members: events.append(event))
+    await thread.start(open_)
+    return thread
+
+
+def test_the_membership_thread_arms_no_timer_and_republishes_an_incarnation_change_at_once():
+    async def main():
+        events: list[object] = []
+        thread = await lone_member_thread(events)
+        try:
+            member = thread.member
+            assert member is not None
+
+            def scheduled() -> list[asyncio.TimerHandle]:
+                return [h for h in thread.loop._scheduled if not h.cancelled()]
+            handles = await thread.call(scheduled)
+            assert handles, "the member's own timer"
+            owners = {getattr(h._callback, "__self__", None) for h in handles}
+            assert owners == {member}, f"only the member's own timers on an idle membership loop: {handles}"
+            app_loop = asyncio.get_running_loop()
+            assert [h for h in app_loop._scheduled if getattr(h._callback, "__self__", None) is thread.app_lag], \
+                "the lag timer is on the application loop"
+
+            before = thread.members
+            (me,) = before
+
+            async def bump() -> tuple:
+                await member.update_meta(Meta(weight=2.0))  # our incarnation goes up; no MemberEvent
+                return thread.members  # read before anything else runs on this loop
+            after = await thread.run(bump())
+            (me_after,) = after
+            assert me_after.incarnation == me.incarnation + 1 and me_after.meta.weight == 2.0
+            assert not [e for e in events if isinstance(e, MemberEvent)]
+        finally:
+            thread.stop()
+
+    asyncio.run(main())
+
+
+def test_the_member_list_is_republished_every_second_without_a_change():
+    """``heard_at`` changes without an event or a checksum change: the list is a second old at most."""
+    async def main():
+        thread = await lone_member_thread([])
+        try:
+            checksum = thread.member.core.view_checksum
+            seen = [thread.members]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while len(seen) < 3:
+                assert loop.time() < deadline, "republished twice"
+                if thread.members is not seen[-1]:
+                    seen.append(thread.members)
+                await asyncio.sleep(0.01)  # polling with a deadline
+            assert thread.member.core.view_checksum == checksum and seen[1] == seen[0]
+        finally:
+            thread.stop()
+
+    asyncio.run(main())
+
+
+def test_a_blocked_application_loop_is_warned_about_once_per_episode_from_the_membership_thread(caplog):
+    """The check rides on the member's wake-ups (here: junk datagrams, which it reads and drops)."""
+    caplog.set_level(logging.WARNING, logger="placement.node")
+
+    async def main():
+        thread = await lone_member_thread([])
+        thread.app_lag.warn_s = 0.3
+        flushes: list[float] = []
+        member = thread.member
+        hook = member.on_flush
+
+        def counting(now: float) -> None:
+            flushes.append(now)
+            hook(now)
+        await thread.call(setattr, member, "on_flush", counting)
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+                for episode in (1, 2):
+                    # Block this (the application's) loop, polling with a deadline, until the
+                    # membership thread warned and handled five more datagrams.
+                    deadline = time.monotonic() + 10
+                    while len(messages(caplog, "has not run for")) < episode:
+                        assert time.monotonic() < deadline, "the membership thread warns"
+                        out.sendto(b"not gossip", member.bound)
+                        time.sleep(0.01)
+                    seen = len(flushes)
+                    while len(flushes) < seen + 5:
+                        assert time.monotonic() < deadline, "more wake-ups of the member"
+                        out.sendto(b"not gossip", member.bound)
+                        time.sleep(0.01)
+                    assert len(messages(caplog, "has not run for")) == episode, "one line per episode"
+                    unblocked = time.monotonic()
+                    while (thread.app_lag._due or 0.0) <= unblocked:  # the timer runs: the episode ends
+                        assert time.monotonic() < deadline, "the lag timer runs again"
+                        await asyncio.sleep(0.01)  # polling with a deadline
+            assert len(messages(caplog, "was blocked for")) == 2
+        finally:
+            thread.stop()
+
+    asyncio.run(main())
+
+
+def test_the_membership_thread_stops_when_the_application_loop_closes_without_leave(caplog):
+    caplog.set_level(logging.WARNING, logger="placement.node")
+    threads: list[MembershipThread] = []
+
+    async def main():
+        threads.append(await lone_member_thread([]))
+    asyncio.run(main())  # ends without leave() or close()
+    (thread,) = threads
+    until(lambda: thread.loop.is_closed(), 10, "the membership thread stops")
+    assert thread.member.closed
+    assert messages(caplog, "closed without leave() or close()")

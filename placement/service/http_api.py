@@ -310,7 +310,7 @@ class _NodeCollector:
         lag = getattr(self.node, "app_loop_lag_s", None)  # placement.service.node_thread.AppLoopLag
         if lag is not None:
             yield GaugeMetricFamily("placement_app_loop_lag_seconds", "How late the application's event loop "
-                                    "ran the membership thread's probes: the worst of the last minute, or how "
+                                    "ran a periodic timer of its own: the worst of the last minute, or how "
                                     "long it has been blocked now (does not affect membership)", value=lag)
 
 

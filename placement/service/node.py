@@ -330,7 +330,7 @@ class Node:
 
     @property
     def app_loop_lag_s(self) -> float:
-        """How late the application's loop ran the membership thread's latest probes: the
+        """How late the application's loop ran its lag timer (``node_thread.AppLoopLag``): the
         largest lag of the last minute, or how long it has been blocked right now (seconds)."""
         return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 

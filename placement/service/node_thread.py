@@ -31,8 +31,9 @@ A Python thread still needs the GIL: C code that holds it for seconds (a huge ``
 C extension that does not release it) starves this thread too. BENCHMARKS.md ("Busy
 application") measures how long a hold a member survives; docs/ownership.md says what to do.
 
-``AppLoopLag`` measures how late the application's loop runs a callback posted from here. It is
-exposed (``placement_app_loop_lag_seconds``, a log line above one second) but it does not feed
+``AppLoopLag`` measures how late the application's loop runs a timer of its own (this thread
+only reads it, to warn while that loop is blocked). It is exposed
+(``placement_app_loop_lag_seconds``, a log line above one second) but it does not feed
 Lifeguard's local health: a slow application is not a slow member. Only this thread's own lag
 (measured by ``Member``) does, so only a stalled *process* (SIGSTOP, swap, a stop-the-world GC,
 a long GIL hold) costs membership - and that is what Lifeguard and the self-fencing lease handle.
@@ -110,64 +111,107 @@ class Mailbox:
 
 
 class AppLoopLag:
-    """How late the application's loop runs a callback posted from the membership thread.
+    """How late the application's loop runs a timer of its own: the gauge of a blocked application.
 
-    Every ``interval_s`` one probe is in flight at most: posted with its send time, answered by
-    the application loop with the difference. While a probe is unanswered the lag is at least
-    its age, so a loop blocked right now shows up without waiting for it to recover.
-    ``lag_s`` is the largest lag of the last ``window_s`` (what a scrape every 15-60 s should see:
-    a block that ended between two scrapes is not lost), or the age of the pending probe.
+    The loop arms one timer every ``interval_s`` (``call_later``, re-armed when it runs) and notes
+    when it is due; when it runs, its lag is how late. While it is overdue the lag is at least
+    how overdue, so a loop blocked right now shows up in ``lag_s`` (read from any thread: the
+    HTTP API, ``node_sync.NodeThread``) without waiting for it to recover. ``lag_s`` is the
+    largest lag of the last ``window_s`` (what a scrape every 15-60 s should see: a block that
+    ended between two scrapes is not lost), or how overdue the timer is now if that is more. A
+    block of ``warn_s`` or more is logged when it ends (``_ran``); while it lasts, the membership
+    thread logs it once (``check``, on wake-ups that thread has anyway).
 
     Resolution: a block of B >= ``interval_s`` seconds is always seen, as a lag between
-    B - ``interval_s`` and B; a shorter one with probability B / ``interval_s``. Each probe wakes
-    both loops, and on this project's test machine a wake-up of an idle loop costs about as much
-    CPU as a whole idle gossip member's other work (BENCHMARKS.md, "Idle CPU ... third pass"), so
-    the default is 0.5 s (it was 0.25 s): four wake-ups a second instead of eight.
+    B - ``interval_s`` and B (the timer pending when it starts is due within ``interval_s``); a
+    shorter one with probability B / ``interval_s``.
+
+    Why a timer on the application loop: it used to be a probe posted from the membership thread
+    every ``interval_s`` and answered by the application loop, which woke *both* threads; on this
+    project's test machine (a Firecracker VM) every wake-up of an idle thread costs ~240 us of
+    CPU, as much as an idle gossip member's other work (BENCHMARKS.md, "Idle CPU side by side with
+    Serf, third pass"). The timer wakes the application loop as often as the probe's answers did
+    and the membership thread never. 0.5 s: two wake-ups a second.
+
+    One clock: ``time.monotonic()`` (the default loop's ``time()``), both for when the timer is
+    due and when it runs, and for readers on other threads; a loop's own ``time()`` may be cached
+    per iteration (uvloop's is) and would stand still while the loop is blocked.
     """
 
-    def __init__(self, post: Callable[..., bool], *, interval_s: float = 0.5, warn_s: float = 1.0,
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, interval_s: float = 0.5, warn_s: float = 1.0,
                  window_s: float = 60.0) -> None:
-        self._post = post  # posts a callback to the application loop; False once it is closed
+        self._loop = loop
         self.interval_s = interval_s
         self.warn_s = warn_s
         self.window_s = window_s
-        self._asked = (0, 0.0)  # (sequence, monotonic time sent): written by the membership thread
-        self._answered = 0  # sequence last answered: written by the application loop
-        self._warned = 0  # sequence already reported as blocked, so one log line per episode
+        self._due: float | None = None  # when the armed timer is due (None: stopped); read from any thread
+        self._handle: asyncio.TimerHandle | None = None
+        self._stopped = False
+        self._warned: float | None = None  # the due time already reported as overdue: one line per block
         self._recent: collections.deque[tuple[float, float]] = collections.deque()  # (when, lag) > 0.05 s
 
-    def tick(self, now: float) -> bool:
-        """On the membership thread: post the next probe or report a pending one. False when
-        the application loop is closed."""
-        seq, sent = self._asked
-        if self._answered == seq:
-            self._asked = (seq + 1, now)
-            return self._post(self._answer, seq + 1, now)
-        if now - sent >= self.warn_s and self._warned != seq:
-            self._warned = seq
-            _log.warning("the application's event loop has not run for %.1f s; membership and leases carry on "
-                         "on their own thread", now - sent)
-        return True
-
-    def _answer(self, seq: int, sent: float) -> None:
+    def start(self) -> None:
         """On the application loop."""
+        if not self._stopped and self._handle is None:
+            self._arm(time.monotonic())
+
+    def stop(self) -> None:
+        """From any thread; a closed loop is fine (its timer will never run)."""
+        self._stopped = True
+        self._due = None
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._cancel()
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._cancel)
+        except RuntimeError:
+            pass  # the loop is closed
+
+    def _cancel(self) -> None:
+        self._due = None  # (again: a run that was under way when stop() was called armed one more)
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self, now: float) -> None:
+        self._due = now + self.interval_s
+        self._handle = self._loop.call_later(self.interval_s, self._ran)
+
+    def _ran(self) -> None:
+        """On the application loop: the timer ran; note its lag and arm the next one."""
         now = time.monotonic()
-        lag = now - sent
+        due, self._handle = self._due, None
+        if self._stopped or due is None:
+            return
+        lag = max(0.0, now - due)
         recent = self._recent  # mutated on this loop only; readers copy it
         while recent and now - recent[0][0] > self.window_s:
             recent.popleft()
         if lag > 0.05:
             recent.append((now, lag))
-        self._answered = seq
+        self._arm(now)
         if lag >= self.warn_s:
             _log.warning("the application's event loop was blocked for %.1f s (membership and leases were not: "
                          "they run on their own thread)", lag)
 
+    def check(self, now: float) -> None:
+        """From any thread (the membership thread, on its own wake-ups), ``now`` from
+        ``time.monotonic()``: log once per block when the timer is ``warn_s`` overdue."""
+        due = self._due
+        if due is not None and now - due >= self.warn_s and self._warned != due:
+            self._warned = due
+            _log.warning("the application's event loop has not run for %.1f s; membership and leases carry on "
+                         "on their own thread", now - due)
+
     @property
     def lag_s(self) -> float:
         now = time.monotonic()
-        seq, sent = self._asked
-        pending = now - sent if self._answered != seq else 0.0
+        due = self._due
+        pending = now - due if due is not None and now > due else 0.0
         return max([pending, *(lag for at, lag in tuple(self._recent) if now - at <= self.window_s)])
 
 
@@ -175,8 +219,15 @@ class MembershipThread:
     """A daemon thread with its own event loop that runs one node's member and ownership runner.
 
     ``on_event(event, members)`` is called on the application loop for every membership event,
-    with the member list as it was right after it. ``members`` is that list as last published
-    (after every event, and every second for what changes without an event: incarnations).
+    with the member list as it was right after it. ``members`` is that list as last published:
+    after every event, and - for what changes without an event: incarnations, ``heard_at`` -
+    whenever the view's checksum changed or the list is a second old.
+
+    The thread arms no timer of its own (each wake-up of an idle thread is dear, see
+    ``AppLoopLag``): what it does now and then (that republishing, the warning about a blocked
+    application loop, noticing that loop closed) rides on the member's wake-ups, through
+    ``Member.on_flush``: after every datagram and timer it handled, at least once a probe
+    period (~1 s) while it is in a cluster.
     """
 
     def __init__(self, node_id: str, on_event: Callable[[object, tuple[MemberInfo, ...]], None]) -> None:
@@ -189,10 +240,10 @@ class MembershipThread:
         # Nothing reaches the application before ``await node.start()`` has returned to it.
         self._to_app = Mailbox(self.app_loop, held=True)
         self._to_member = Mailbox(self.loop)
-        self.app_lag = AppLoopLag(self.to_app)
+        self.app_lag = AppLoopLag(self.app_loop)
         self._pump: asyncio.Task | None = None
-        self._ticker: asyncio.TimerHandle | None = None
-        self._refreshed = 0.0
+        self._refreshed = 0.0  # when ``members`` was published (this loop's time)
+        self._checksum: int | None = None  # the view checksum it was published at
         self._thread = threading.Thread(target=self._run, name=f"placement-membership-{node_id}", daemon=True)
         self._thread.start()
 
@@ -218,6 +269,7 @@ class MembershipThread:
             self.stop()
             raise
         self._to_app.open()
+        self.app_lag.start()
         return members
 
     def close(self) -> None:
@@ -232,6 +284,7 @@ class MembershipThread:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the loop (its remaining tasks are cancelled) and wait for the thread."""
+        self.app_lag.stop()
         try:
             self.loop.call_soon_threadsafe(self.loop.stop)
         except RuntimeError:
@@ -245,11 +298,8 @@ class MembershipThread:
         process had died) when that loop is closed: the application ended without leave()."""
         if self._to_app.post(fn, *args):
             return True
-        if threading.current_thread() is self._thread and self.member is not None and not self.member.closed:
-            _log.warning("node %s: the application's event loop closed without leave() or close(); "
-                         "stopping as if the process had died", self.member.node_id)
-            self._close()
-            self.loop.stop()
+        if threading.current_thread() is self._thread:
+            self._app_closed()
         return False
 
     def to_member(self, fn: Callable[..., object], *args: Any) -> None:
@@ -276,7 +326,7 @@ class MembershipThread:
         if self.runner is not None:
             self.runner.set_view([m for m in members if m.is_live])
         self._pump = asyncio.ensure_future(self._pump_events(self.member.subscribe(max_backlog=None)))
-        self._tick()
+        self.member.on_flush = self._flushed
         return members
 
     async def _pump_events(self, events: Any) -> None:
@@ -296,19 +346,31 @@ class MembershipThread:
         assert self.member is not None
         self.members = tuple(self.member.members())
         self._refreshed = now
+        self._checksum = self.member.core.view_checksum
         return self.members
 
-    def _tick(self) -> None:
-        """Every ``app_lag.interval_s``: probe the application loop; every second: republish
-        the member list (incarnation bumps change it without an event)."""
+    def _flushed(self, now: float) -> None:
+        """``Member.on_flush``: after each datagram or timer the member handled. Republish the
+        member list if an incarnation changed (or a member came or went) without an event, or
+        to keep ``heard_at`` fresh once a second; warn once while the application loop is
+        blocked; stop if that loop was closed. Cheap: it runs for every datagram."""
         member = self.member
         if member is None or member.closed:
             return
-        now = self.loop.time()
-        if now - self._refreshed >= 1.0:
+        if self.app_loop.is_closed():
+            self._app_closed()
+            return
+        if member.core.view_checksum != self._checksum or now - self._refreshed >= 1.0:
             self._refresh(now)
-        if self.app_lag.tick(now):
-            self._ticker = self.loop.call_later(self.app_lag.interval_s, self._tick)
+        self.app_lag.check(time.monotonic())
+
+    def _app_closed(self) -> None:
+        """The application's loop closed without leave() or close(): stop as if the process died."""
+        if self.member is not None and not self.member.closed:
+            _log.warning("node %s: the application's event loop closed without leave() or close(); "
+                         "stopping as if the process had died", self.member.node_id)
+            self._close()
+            self.loop.stop()
 
     def _close(self) -> None:
         if self.member is not None:
@@ -317,5 +379,4 @@ class MembershipThread:
             self.runner.close()
         if self._pump is not None:
             self._pump.cancel()
-        if self._ticker is not None:
-            self._ticker.cancel()
+        self.app_lag.stop()
