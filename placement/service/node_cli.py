@@ -29,6 +29,7 @@ from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
 from ..exclusive import ExclusiveConfig
 from .node import Node, NodeConfig, read_key_file
+from .node_thread import on_grid
 from .workers import PartitionProcessor, PartitionWorkers
 
 if TYPE_CHECKING:
@@ -246,8 +247,9 @@ def _server_class() -> type[uvicorn.Server]:
 
         Tick: uvicorn's ``main_loop`` wakes every 0.1 s to refresh the Date header (once a second)
         and to see ``should_exit``: ten wake-ups a second of an idle node's loop (issue 14: idle
-        CPU). Here it wakes once a second, with a counter that refreshes the header every time,
-        and setting ``should_exit`` wakes it at once."""
+        CPU). Here it wakes once a second, on the whole seconds of the loop's clock where the
+        application-loop lag timer falls due too (``node_thread.on_grid``), with a counter that
+        refreshes the header every time, and setting ``should_exit`` wakes it at once."""
 
         def __init__(self, config: uvicorn.Config) -> None:
             self._exit = asyncio.Event()
@@ -269,13 +271,22 @@ def _server_class() -> type[uvicorn.Server]:
             yield
 
         async def main_loop(self) -> None:
+            loop = asyncio.get_running_loop()
             counter = 0
             should_exit = await self.on_tick(counter)
-            while not should_exit:
-                counter = (counter + 10) % 864000  # a multiple of 10: on_tick refreshes the Date header
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._exit.wait(), 1.0)
-                should_exit = await self.on_tick(counter)
+            exiting = asyncio.ensure_future(self._exit.wait())
+            try:
+                while not should_exit:
+                    counter = (counter + 10) % 864000  # a multiple of 10: on_tick refreshes the Date header
+                    # On the whole seconds of the loop's clock, where the lag timer also falls due:
+                    # one wake-up for both (node_thread.on_grid).
+                    tick = loop.create_future()
+                    handle = loop.call_at(on_grid(loop.time(), 1.0), tick.set_result, None)
+                    await asyncio.wait((tick, exiting), return_when=asyncio.FIRST_COMPLETED)
+                    handle.cancel()
+                    should_exit = await self.on_tick(counter)
+            finally:
+                exiting.cancel()
 
     return Server
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -110,11 +111,24 @@ class Mailbox:
                 _log.exception("%s raised (the node carries on)", getattr(fn, "__qualname__", fn))
 
 
+def on_grid(now: float, interval_s: float) -> float:
+    """The next multiple of ``interval_s`` after ``now`` (a loop's ``time()``), at least half an
+    interval away: where periodic timers of one loop go so that they fall due together.
+
+    Why: timers due at *exactly* the same instant run in one wake-up of the loop; a few
+    microseconds apart they are two (the selector's timeout is rounded up to a millisecond), and
+    on this project's test machine each wake-up of an idle loop costs ~240 us of CPU
+    (BENCHMARKS.md, "Idle CPU ... third pass"). The node's application loop runs the lag timer
+    (every 0.5 s) and uvicorn's tick (every 1 s) on this grid: two wake-ups a second, not three.
+    Multiples of 0.5 and 1.0 are exact in binary floating point, so the grids meet exactly."""
+    return (math.floor(now / interval_s + 0.5) + 1) * interval_s
+
+
 class AppLoopLag:
     """How late the application's loop runs a timer of its own: the gauge of a blocked application.
 
-    The loop arms one timer every ``interval_s`` (``call_later``, re-armed when it runs) and notes
-    when it is due; when it runs, its lag is how late. While it is overdue the lag is at least
+    The loop arms one timer every ``interval_s`` (on the grid of ``on_grid``, re-armed when it
+    runs) and notes when it is due; when it runs, its lag is how late. While it is overdue the lag is at least
     how overdue, so a loop blocked right now shows up in ``lag_s`` (read from any thread: the
     HTTP API, ``node_sync.NodeThread``) without waiting for it to recover. ``lag_s`` is the
     largest lag of the last ``window_s`` (what a scrape every 15-60 s should see: a block that
@@ -178,8 +192,9 @@ class AppLoopLag:
             self._handle = None
 
     def _arm(self, now: float) -> None:
-        self._due = now + self.interval_s
-        self._handle = self._loop.call_later(self.interval_s, self._ran)
+        when = on_grid(self._loop.time(), self.interval_s)
+        self._due = now + (when - self._loop.time())
+        self._handle = self._loop.call_at(when, self._ran)
 
     def _ran(self) -> None:
         """On the application loop: the timer ran; note its lag and arm the next one."""
