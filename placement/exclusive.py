@@ -366,6 +366,8 @@ class Ownership:
         suspects = set(suspects) - {self.me}
         if view != self.view or suspects != self.suspects:
             self._view_changed_at = now
+        if view != self.view:
+            self.lease.views.withdraw(view)  # a proposal of the old view is stale now
         if any(m != self.me for m in view):
             self.joined = True
         for m in self.view.keys() - view.keys():
@@ -643,8 +645,14 @@ class Ownership:
         # Otherwise only a view that settled and changed since the stable view was learned. (A
         # removal seen here is news whenever it was seen; without this, a view learned just after
         # the death was never followed by one without the dead member: fuzz seed 327.)
+        # And a member whose own proposal lost to an older value Paxos recovered (fuzz seed 514:
+        # a view accepted during a split was chosen after every member's view had settled, so
+        # none proposed again and 123 partitions stayed orphaned) still has news, once.
+        superseded = lease.views.superseded
+        news = self._view_changed_at >= lease.learned_at or (
+            superseded is not None and superseded.weighted() == self.view)
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
-                                                      and self._view_changed_at >= lease.learned_at))
+                                                      and news))
         if lease.help_choose or (settled and self.view != stable and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank())

@@ -190,6 +190,10 @@ class StableViews:
         self._accepted: tuple[tuple[int, str], View] | None = None
         self._proposal: _Proposal | None = None
         self._round_seen = 0
+        #: This member's own proposal for the installed view's slot, when Paxos chose an older
+        #: accepted value instead (``_on_accepted``): the chosen view is not news to this member,
+        #: so its view, if still that proposal, may be proposed again (``Ownership._maybe_propose``).
+        self.superseded: View | None = None
 
     @property
     def pending(self) -> bool:
@@ -202,6 +206,7 @@ class StableViews:
         if view.num <= self.view.num:
             return False
         old, self.view = self.view, view
+        self.superseded = None
         self.witnesses = witnesses_of(view.members, self.k)
         self._promised, self._accepted, self._proposal = (0, ""), None, None
         self._on_install(old, view, now)
@@ -216,12 +221,28 @@ class StableViews:
         if not base.members:
             return
         p = self._proposal
-        if p is not None and p.slot == base.num + 1:
+        own = View.of(base.num + 1, weighted)
+        if p is not None and p.slot == base.num + 1 and p.own.ck == own.ck:
             return
+        # A new value for a slot under way (this member's view changed since it proposed) starts
+        # a higher ballot: an attempt kept alive with the old value got it chosen after every
+        # view had moved on, and nobody proposed again (fuzz seed 514). Phase 1 still adopts any
+        # value a quorum may have accepted, so this changes no safety argument.
         self._round_seen += 1
-        self._proposal = _Proposal(base.num + 1, base, self.witnesses, self._round_seen,
-                                   View.of(base.num + 1, weighted), rank=rank)
+        if p is not None and p.slot == base.num + 1:
+            self._round_seen = max(self._round_seen, p.rnd + 1)
+        self._proposal = _Proposal(base.num + 1, base, self.witnesses, self._round_seen, own, rank=rank)
         self._start(now)
+
+    def withdraw(self, weighted: Mapping[str, float]) -> None:
+        """The proposer's view is now ``weighted``: stop pushing an attempt whose own value is
+        not that view. Such an attempt, retried through a split, got its stale value chosen just
+        after every view had moved on, and then nobody had news to propose (fuzz seeds 405 and
+        514: partitions orphaned for good). A proposer may stop at any time in Paxos: acceptors
+        keep what they accepted, and a later proposer adopts it in phase 1 (``superseded``)."""
+        p = self._proposal
+        if p is not None and p.own.ck != View.of(p.slot, weighted).ck:
+            self._proposal = None
 
     def _start(self, now: float) -> None:
         p = self._proposal
@@ -285,6 +306,8 @@ class StableViews:
             assert chosen is not None
             tell = (set(p.base.members) | set(chosen.members)) - {self.me}
             self.install(chosen, now)
+            if (chosen.members, chosen.weights) != (p.own.members, p.own.weights):
+                self.superseded = p.own
             for m_id in sorted(tell):
                 self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights))
 

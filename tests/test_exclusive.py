@@ -174,8 +174,11 @@ NOTE_ACROSS_VIEWS_SEEDS = (1719,)
 #: running: members kept a live member that had left the stable view in ``gone`` and dropped
 #: every ack, note and answer to it (seed 0: 34 partitions), and notes refused or expired across
 #: views lost their partitions until rule 10's census (seed 26), and a stable view learned just
-#: after a death was never followed by one without the dead member (seed 327).
-LIVENESS_SEEDS = (0, 1, 2, 13, 26, 35, 327)
+#: after a death was never followed by one without the dead member (seed 327), and a stable view
+#: chosen with an outdated value, after every member's view had settled, was never followed by
+#: one (seeds 405 and 514, once lease rounds to a bare witness quorum moved the timing: a
+#: proposal retried through a split got its stale value chosen just after the views moved on).
+LIVENESS_SEEDS = (0, 1, 2, 13, 26, 35, 327, 405, 514)
 
 
 @pytest.mark.parametrize("seed", [*range(12), *WITNESS_GAP_SEEDS, *FROZEN_ACCOUNTING_SEEDS,

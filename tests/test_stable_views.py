@@ -133,3 +133,76 @@ def test_quorums_of_one_witness_set_always_intersect() -> None:
         b = [w for w in ws if rng.random() < 0.6]
         if is_quorum(a, ws) and is_quorum(b, ws):
             assert set(a) & set(b)
+
+
+def _deliver_all(net: Net, now: float, keep: Callable[[str, str, ViewMessage], bool] = lambda s, d, m: True) -> None:
+    """Deliver the queue in order (replies too) until it is empty, dropping what ``keep`` refuses."""
+    while net.queue:
+        src, dst, msg = net.queue.pop(0)
+        if keep(src, dst, msg):
+            reply = net.nodes[dst].receive(src, msg, now)
+            if reply is not None:
+                net.queue.append((dst, src, reply))
+
+
+def test_a_proposer_whose_view_changed_pushes_its_new_view_not_the_old_one() -> None:
+    """Fuzz seed 514: a proposal kept retrying its old value for 30 s and got it chosen after
+    every member's view had moved on; then nobody had news to propose, and partitions stayed
+    orphaned. A new value for the same slot now starts a higher ballot with it."""
+    net = Net(seed=1, loss=0.0, dup=0.0)
+    old, new = {"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}
+    net.nodes["a"].propose(old, 0.1, rank=0)
+    net.queue.clear()  # lost, say, in a split
+    net.nodes["a"].propose(new, 0.2, rank=0)
+    _deliver_all(net, 0.2)
+    for t in (0.8, 1.4):
+        for n in net.nodes.values():
+            n.tick(t)
+        _deliver_all(net, t)
+    assert net.nodes["a"].view.num == 2 and net.nodes["a"].view.weighted() == new
+
+
+def test_a_proposer_whose_view_lost_to_an_older_accepted_one_knows_it_is_superseded() -> None:
+    """Paxos makes a proposer finish a value a witness already accepted. That view is then not
+    news to the proposer, whose own view differs: ``superseded`` lets it propose again
+    (``Ownership._maybe_propose``) instead of waiting for a change that never comes."""
+    net = Net(seed=1, loss=0.0, dup=0.0)
+    w1, w2, w3 = witnesses_of(MEMBERS, 3)
+    older = {m: 1.0 for m in MEMBERS if m != "e"}
+    b = next(m for m in MEMBERS if m not in (w1, w2))
+    net.nodes[b].propose(older, 0.1, rank=1)
+    # b's Accept reaches w1 only, then b goes quiet: w1 holds an accepted, unchosen value.
+    _deliver_all(net, 0.1, keep=lambda s, d, m: not (s == b and type(m).__name__ == "Accept" and d != w1))
+    assert net.nodes[w1].pending
+    proposer = next(m for m in MEMBERS if m not in (b, w1))
+    mine = {m: 1.0 for m in MEMBERS if m != "d"}
+    net.nodes[proposer].propose(mine, 0.2, rank=0)
+    for i in range(40):  # (a ballot below b's is refused; the proposer retries higher)
+        t = 0.2 + 0.25 * i
+        net.nodes[proposer].tick(t)
+        _deliver_all(net, t, keep=lambda s, d, m: s != b and d != b)
+    chosen = net.nodes[proposer].view
+    assert chosen.num == 2 and chosen.weighted() == older  # Paxos: the accepted value wins
+    assert net.nodes[proposer].superseded is not None and net.nodes[proposer].superseded.weighted() == mine
+    net.nodes[proposer].install(View.of(3, mine), 0.3)
+    assert net.nodes[proposer].superseded is None
+
+
+def test_a_proposer_whose_view_moved_on_withdraws_its_stale_attempt() -> None:
+    """Fuzz seed 405: an attempt retried through a split got its outdated value chosen just after
+    the views had changed. ``withdraw`` stops it; the same view withdraws nothing."""
+    net = Net(seed=1, loss=0.0, dup=0.0)
+    old = {"a": 1.0, "b": 1.0, "c": 1.0}
+    a = net.nodes["a"]
+    a.propose(old, 0.1, rank=0)
+    net.queue.clear()
+    a.withdraw(dict(old))
+    a.tick(0.7)
+    assert net.queue, "the same view: the attempt goes on"
+    net.queue.clear()
+    a.withdraw({**old, "d": 1.0})
+    for t in (1.3, 1.9, 2.5, 5.0):
+        a.tick(t)
+    assert not net.queue and a.next_time() == float("inf")
+    _deliver_all(net, 5.0)
+    assert all(n.view.num == 1 for n in net.nodes.values())
