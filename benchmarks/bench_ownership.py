@@ -8,11 +8,13 @@ availability-first ``swim`` beside it for dual ownership (sampled every 0.5 s).
         join-one leave crash-one freeze split
 
 Prints one markdown row per scenario (the table in docs/ownership.md and BENCHMARKS.md).
+``--seeds A:B`` runs each chosen scenario over many seeds and prints one summary row each.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 
@@ -69,6 +71,33 @@ def row(label: str, scenario: str, params: dict, nodes: int | None, duration: fl
             f"| {wall:.0f} s |")
 
 
+def sweep(label: str, scenario: str, params: dict, nodes: int | None, duration: float | None,
+          seeds: range) -> str:
+    """One scenario over many seeds, for a before/after comparison whose effect is smaller than
+    one seed's luck (loss, restarts): totals and the spread of takeover minus detection."""
+    n = None if (nodes is None or (nodes == 16 and scenario in OWN_SIZE)) else nodes
+    dual = orphan = timed_out = 0.0
+    gaps, datagrams = [], []
+    for seed in seeds:
+        r = run_scenario(scenario, nodes=n, duration_s=duration, seed=seed, system="swim-exclusive", params=params,
+                         check_cores=False)
+        dual += r["dual_owned_partition_s_exact"]
+        orphan += r["orphan_partition_s_exact"]
+        timed_out += r["handoffs_timed_out"]
+        datagrams.append(r["datagrams_per_member_s"])
+        tk, det = r["takeover_exact_s"], r["detection_s"]
+        gap = None
+        if tk and det and tk.get("p50") is not None and det.get("p50") is not None:
+            gap = tk["p50"] - det["p50"]
+            gaps.append(gap)
+        print(f"  {label}, seed {seed}: takeover - detection {'-' if gap is None else f'{gap:.2f} s'}, "
+              f"handoffs timed out {r['handoffs_timed_out']}", file=sys.stderr, flush=True)
+    gap = "- / - / -" if not gaps else \
+        f"{statistics.mean(gaps):.2f} / {statistics.median(gaps):.2f} / {max(gaps):.2f}"
+    return (f"| {label} | {seeds.start}-{seeds.stop - 1} | **{dual:g}** | {orphan / len(seeds):,.0f} | {gap} "
+            f"| {timed_out:g} | {statistics.mean(datagrams):.2f} |")
+
+
 def split_timing(fraction: float, nodes: int, seed: int, split_s: float = 60.0) -> dict:
     """Exact, from the ownership intervals: after a split starts, when the losing side owns
     nothing any more, and from when the winning side owns every partition until the heal."""
@@ -123,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--duration", type=float, default=None, help="simulated seconds (default: the scenario's)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", help="A:B: each scenario over seeds A..B-1, one summary row each (sweep)")
     ap.add_argument("--only", nargs="*", help="row labels or scenario names to run")
     ap.add_argument("--no-baseline", action="store_true", help="skip the availability-first `swim` column")
     ap.add_argument("--split-timing", action="store_true",
@@ -133,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"split {fraction:.0%} of N={args.nodes}:", split_timing(fraction, args.nodes, args.seed))
         return 0
     rows = [m for m in MATRIX if not args.only or m[0] in args.only or m[1] in args.only]
+    if args.seeds:
+        a, b = (int(x) for x in args.seeds.split(":"))
+        print("| scenario | seeds | dual partition-s (total) | orphan partition-s (mean) "
+              "| takeover - detection, mean / median / max s | handoffs timed out (total) | datagrams/member/s |")
+        print("|---|---|---|---|---|---|---|")
+        for label, scenario, params in rows:
+            print(sweep(label, scenario, params, args.nodes, args.duration, range(a, b)), flush=True)
+        return 0
     print("| scenario | N | dual partition-s | orphan partition-s | handoff p50 / p99 s | takeover p50 / p99 s "
           "| detection p50 / p99 s | unowned at the end | handoffs timed out | epoch regressions "
           "| datagrams/member/s | `swim` dual | wall |")

@@ -11,7 +11,9 @@ changes at most one witness). A set Q of witnesses is a *quorum* when it holds m
 of W(S), or exactly half including the first witness: two quorums always share a witness.
 
 Lease. Every ``renew_s`` a member sends ``LeaseReq(seq, generation, S)`` to the witnesses of
-its S. A witness grants it when its own stable view is S and the member was not *condemned* at
+its S: in the steady state to a smallest quorum of them, to all of them when anything is
+unusual (``QuorumLease._quorum_to_ask``; which witnesses were asked matters to no argument
+below, only that a quorum granted). A witness grants it when its own stable view is S and the member was not *condemned* at
 that generation, and remembers when it last granted. When a quorum granted round ``seq``, the
 member's lease runs to ``send_time(seq) + lease_s`` on its own clock - counted from when it
 *sent* the request, so time in flight only shortens it. A member without a valid lease owns
@@ -67,6 +69,7 @@ on by ``placement.exclusive``). So every lease under a view older than n+1 ends 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -208,6 +211,7 @@ class QuorumLease:
         self._next_round = now
         self._retry_at = math.inf
         self._round_targets: tuple[str, ...] = ()
+        self._urgent = False  # the next round asks every witness (something waits for it)
         self._rounds: dict[int, tuple[float, int, set[str], int]] = {}  # seq -> (sent, generation, granted by, reserve)
         self._view: frozenset[str] = frozenset()
         self._healthy: frozenset[str] = frozenset()
@@ -325,7 +329,9 @@ class QuorumLease:
         self._flush_self(now)
         if now >= self._next_round:
             self._next_round = now + self.renew_s
-            targets = self.witnesses or witnesses_of(self._view, self.k)
+            targets = (() if self._urgent else self._quorum_to_ask()) or self.witnesses \
+                or witnesses_of(self._view, self.k)
+            self._urgent = False
             ask: set[str] = set()
             for g, seen in self._pending.items():  # after a drop, also ask the witnesses of the dropped lease
                 ask |= self._last_quorum[g] - seen
@@ -337,7 +343,7 @@ class QuorumLease:
                 for old in [q for q in self._rounds if q < self._seq - 8]:
                     del self._rounds[old]
                 self._round_targets = targets
-                self._retry_at = now + self.resend_s
+                self._retry_at = now + (self.resend_s / 2 if self._narrow() else self.resend_s)
                 self._request(targets, now)
         elif now >= self._retry_at:
             # No quorum yet for this round: ask again those that have not granted (same seq, so
@@ -346,13 +352,75 @@ class QuorumLease:
             self._retry_at = math.inf
             rnd = self._rounds.get(self._seq)
             if rnd is not None and not is_quorum(rnd[2], self.witnesses):
+                narrow = self._narrow()
+                self._widen()
                 self._request([w for w in self._round_targets if w not in rnd[2]], now)
+                if narrow:
+                    # A round that asked only a quorum needs every answer, so under loss it fails
+                    # its first send far more often than a round to all witnesses (5 % loss: ~19 %
+                    # against ~0.3 %). It is asked again sooner, widened, and once more at
+                    # ``resend_s``, so it still ends with a quorum in time at least as often:
+                    # one round without a quorum puts the member in its fence margin.
+                    self._retry_at = now + self.resend_s / 2
         for subject, c in self._all_condemning():
             if now >= c.next_send and not self._condemn_done(c):
                 c.next_send = now + self.resend_s
                 for w in c.witnesses:
                     if w not in c.bounds:
                         self._send(w, Condemn(subject, c.stable_ck, c.nonce), now)
+
+    def _quorum_to_ask(self) -> tuple[str, ...]:
+        """Whom a round asks in the steady state: a smallest quorum of the witnesses that granted
+        the previous round, when that round was of this generation, under this view, and
+        granted by a quorum (otherwise ``()``: ask every witness).
+
+        Why: safety rests only on quorum intersection - a lease needs *a* quorum, and every
+        condemnation quorum, every quorum that accepts a successor view and every quorum behind
+        a take-back verdict shares a witness with it - never on which witnesses were asked.
+        Asking 3 of 5 instead of 5 cuts a witness's load from N to about 3N/5 requests a second,
+        and a member's replies from 5 to 3 (issue 14 item 1: on this project's test machine
+        each wake-up of an idle process costs ~240 us; BENCHMARKS.md, "Idle CPU ... fourth
+        pass"); Cassandra's reads at QUORUM likewise contact only as many replicas as the
+        quorum needs, and others when one is slow. Anything unusual widens the round to every
+        witness (``_widen``): no quorum by ``resend_s``, or any refusal - a condemnation, a
+        successor view pending, a witness behind - so what one witness refuses for, the others
+        are asked about at once, as when every round asked them all.
+
+        Order: this member first if it is a witness (no datagram), then the others by a hash
+        of (member, witness), so members spread over the witnesses instead of all asking the
+        first three; those that granted last time stay asked while they keep granting.
+
+        A round something waits for (a larger epoch reserve, for a takeover) asks every witness
+        regardless: a round to a bare quorum needs every answer, so under loss it would need its
+        resend more often, on the takeover's critical path."""
+        witnesses = self.witnesses
+        rnd = self._rounds.get(self._seq)
+        if rnd is None or rnd[1] != self.generation or not is_quorum(rnd[2], witnesses):
+            return ()
+        granted = rnd[2]
+        me = self.me.encode()
+        order = sorted((w for w in witnesses if w in granted),
+                       key=lambda w: (w != self.me, zlib.crc32(me + b"/" + w.encode()), w))
+        for i in range(1, len(order) + 1):
+            if is_quorum(order[:i], witnesses):
+                return tuple(order[:i])
+        return ()
+
+    def _narrow(self) -> bool:
+        """The current round asked only some of the witnesses."""
+        return not set(self.witnesses) <= set(self._round_targets)
+
+    def _widen(self) -> None:
+        """Ask the rest of the witnesses in the current round too."""
+        self._round_targets = tuple(dict.fromkeys((*self._round_targets, *self.witnesses)))
+
+    def _ask_the_rest(self, now: float) -> None:
+        """A witness refused the current round: ask at once the witnesses it did not ask yet."""
+        if self._seq not in self._rounds:
+            return
+        asked = set(self._round_targets)
+        self._widen()
+        self._request([w for w in self._round_targets if w not in asked], now)
 
     def _request(self, targets: Iterable[str], now: float) -> None:
         v = self.views.view
@@ -380,12 +448,18 @@ class QuorumLease:
             return
         if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
             self._teach.add(src)  # a witness behind us: send it our view
+            if r.seq == self._seq:
+                self._ask_the_rest(now)
             return
         if r.pending:
             self.help_choose = True
         self._teach.discard(src)
         rnd = self._rounds.get(r.seq)
-        if rnd is None or src not in self.witnesses or not r.granted:
+        if rnd is None or src not in self.witnesses:
+            return
+        if not r.granted:
+            if r.seq == self._seq:
+                self._ask_the_rest(now)
             return
         sent, gen, granted, reserve = rnd
         granted.add(src)
@@ -407,6 +481,7 @@ class QuorumLease:
         if epoch > self.reserve:
             self.reserve = epoch + RESERVE_BLOCK
             self._next_round = min(self._next_round, now)
+            self._urgent = True  # a takeover waits for it: ask every witness (``_quorum_to_ask``)
         return False
 
     def echoing(self) -> bool:

@@ -1,0 +1,176 @@
+"""Whom a lease round asks (``QuorumLease._quorum_to_ask``): a smallest witness quorum in the
+steady state, every witness otherwise - and a lease is never valid without a quorum's grants,
+whichever witnesses were asked."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placement.quorum_lease import LeaseReq, QuorumLease, is_quorum
+
+MEMBERS = [f"m{i}" for i in range(7)]
+LEASE_S, RENEW_S, RESEND_S = 3.0, 1.0, 0.5
+
+
+def cluster(members=MEMBERS, k: int = 5) -> dict[str, QuorumLease]:
+    nodes = {}
+    for m in members:
+        q = QuorumLease(m, witnesses=k, lease_s=LEASE_S, renew_s=RENEW_S, resend_s=RESEND_S, max_drift=1e-3, now=0.0)
+        q.set_stable(members, 0.0)
+        nodes[m] = q
+    return nodes
+
+
+class Net:
+    """Delivers every message at once unless ``drop(src, dst, msg)``; counts lease requests."""
+
+    def __init__(self, nodes: dict[str, QuorumLease], drop=lambda src, dst, msg: False) -> None:
+        self.nodes, self.drop = nodes, drop
+        self.requests: collections.Counter[tuple[str, str]] = collections.Counter()  # (member, witness)
+
+    def pump(self, now: float) -> None:
+        for m in sorted(self.nodes):
+            self.nodes[m].tick(now)
+        for _ in range(6):
+            moved = False
+            for m in sorted(self.nodes):
+                for dst, msg in self.nodes[m].messages():
+                    moved = True
+                    if isinstance(msg, LeaseReq):
+                        self.requests[m, dst] += 1
+                    if not self.drop(m, dst, msg):
+                        self.nodes[dst].receive(m, msg, now)
+            if not moved:
+                return
+
+    def run(self, start: float, end: float, step: float = 0.25) -> float:
+        t = start
+        while t < end:
+            self.pump(t)
+            t += step
+        return t
+
+
+def test_after_the_first_round_a_member_asks_a_smallest_quorum_and_members_spread_over_the_witnesses() -> None:
+    nodes = cluster()
+    witnesses = nodes["m0"].witnesses
+    net = Net(nodes)
+    net.pump(0.0)
+    first = dict(net.requests)
+    for m in MEMBERS:  # the first round of a view asks every witness (but itself, which needs no datagram)
+        assert sum(n for (src, _), n in first.items() if src == m) == len(set(witnesses) - {m})
+    net.requests.clear()
+    t = net.run(0.25, 10.0)
+    rounds = 9  # at t = 1, 2, ..., 9 (renew_s = 1)
+    per_member = collections.Counter(src for (src, _) in net.requests.elements())
+    for m in MEMBERS:
+        # a quorum of 5 is 3: a witness asks itself and two others, a non-witness three
+        expected = 2 if m in witnesses else 3
+        assert per_member[m] == expected * rounds, (m, per_member[m])
+        assert nodes[m].valid(t), m
+    load = collections.Counter(dst for (_, dst) in net.requests.elements())
+    assert set(load) <= set(witnesses)
+    assert max(load.values()) < len(MEMBERS) * rounds, f"every member asks the same witness: {load}"
+
+
+def test_a_silent_witness_widens_the_round_and_is_left_out_of_the_next() -> None:
+    nodes = cluster()
+    witnesses = nodes["m0"].witnesses
+    net = Net(nodes)
+    net.run(0.0, 2.0)
+    # the witness m6 asks first (after itself, if it were one) goes silent
+    asked_by_m6 = {dst for (src, dst) in net.requests if src == "m6"}
+    silent = sorted(asked_by_m6 - {"m6"})[0]
+    net.drop = lambda src, dst, msg: silent in (src, dst)
+    net.requests.clear()
+    t = 2.0
+    while t < 12.0:
+        net.pump(t)
+        assert nodes["m6"].valid(t), f"lease lapsed at {t}: the round did not widen in time"
+        t += 0.25
+    later = collections.Counter(dst for (src, dst) in net.requests.elements() if src == "m6")
+    assert later[silent] <= 2, f"the silent witness kept being asked: {later}"
+    assert sum(later.values()) <= 3 * 10 + 4, f"one widening, then a quorum a round: {later}"
+    assert set(later) <= set(witnesses)
+
+
+def test_a_refusal_asks_the_other_witnesses_at_once() -> None:
+    """A member condemned by witnesses it did not ask hears all of them in the same round, as
+    when every round asked every witness (one drop, not one per condemning witness)."""
+    nodes = cluster()
+    witnesses = nodes["m0"].witnesses
+    holder = next(m for m in MEMBERS if m not in witnesses)
+    net = Net(nodes)
+    net.run(0.0, 2.0)
+    asked = {dst for (src, dst) in net.requests if src == holder and net.requests[src, dst] > 1}
+    assert len(asked) == 3, asked
+    others = [w for w in witnesses if w not in asked]
+    # A taker condemns the holder at a quorum made of the two witnesses the holder does not ask
+    # and one it does.
+    condemners = {*others, sorted(asked)[0]}
+    taker = nodes[next(m for m in MEMBERS if m != holder and m not in condemners)]
+    taker.hint(MEMBERS, healthy=())
+    for w in condemners:
+        nodes[w].hint(MEMBERS, healthy=())
+    net.drop = lambda src, dst, msg: dst in witnesses and dst not in condemners and src == taker.me
+    taker.condemn(holder, 2.0)
+    net.pump(2.0)
+    assert all(holder in nodes[w]._condemnations for w in condemners)
+    net.drop = lambda src, dst, msg: False
+    net.requests.clear()
+    holder_lease = nodes[holder]
+    net.pump(2.5)  # the holder's next round is due at 3.0; pump to it
+    net.pump(3.0)
+    assert holder_lease.condemned
+    assert set(holder_lease._heard_condemned) == condemners, "every condemnation heard in one round"
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), loss=st.floats(0.0, 0.6), k=st.sampled_from([3, 4, 5]),
+       n=st.integers(2, 7))
+def test_a_lease_is_valid_only_while_a_witness_quorum_granted_its_round(seed: int, loss: float, k: int,
+                                                                       n: int) -> None:
+    """Against a reference: whenever a member's lease is valid at ``t``, a quorum of its
+    witnesses granted it a request sent at ``valid_until - lease_s`` or later (what the taker's
+    condemnation bound and every intersection argument rely on), under random loss and random
+    silent witnesses."""
+    members = MEMBERS[:n]
+    nodes = cluster(members, k)
+    rng = random.Random(seed)
+    grants: dict[str, list[tuple[float, str, float]]] = collections.defaultdict(list)  # member -> (sent, witness, t)
+    sent_at: dict[tuple[str, int], float] = {}
+    silent: set[str] = set()
+
+    def drop(src, dst, msg) -> bool:
+        return src in silent or dst in silent or rng.random() < loss
+
+    net = Net(nodes, drop)
+    t = 0.0
+    while t < 30.0:
+        if rng.random() < 0.05:
+            silent = set(rng.sample(members, rng.randint(0, min(2, n - 1))))
+        for m in members:
+            nodes[m].tick(t)
+        for _ in range(6):
+            for m in members:
+                for dst, msg in nodes[m].messages():
+                    if isinstance(msg, LeaseReq):
+                        sent_at.setdefault((m, msg.seq), t)
+                    if drop(m, dst, msg):
+                        continue
+                    before = nodes[dst]._last_grant.get(m)
+                    nodes[dst].receive(m, msg, t)
+                    if isinstance(msg, LeaseReq) and nodes[dst]._last_grant.get(m) != before:
+                        grants[m].append((sent_at[m, msg.seq], dst, t))
+        for m in members:
+            q = nodes[m]
+            if q.valid(t):
+                sent = q.valid_until - LEASE_S
+                granted = {w for s, w, at in grants[m] if s >= sent - 1e-9 and at <= t} | \
+                    ({m} if m in q.witnesses and q._last_grant.get(m, -1.0) >= sent - 1e-9 else set())
+                assert is_quorum(granted, q.witnesses), (seed, m, t, granted, q.witnesses)
+        t += 0.25
