@@ -13,12 +13,12 @@ of W(S), or exactly half including the first witness: two quorums always share a
 Lease. Every ``renew_s`` a member sends ``LeaseReq(seq, generation, S)`` to the witnesses of
 its S: in the steady state to a smallest quorum of them, to all of them when anything is
 unusual (``QuorumLease._quorum_to_ask``; which witnesses were asked matters to no argument
-below, only that a quorum granted). A witness grants it when its own stable view is S and the member was not *condemned* at
-that generation, and remembers when it last granted. When a quorum granted round ``seq``, the
-member's lease runs to ``send_time(seq) + lease_s`` on its own clock - counted from when it
-*sent* the request, so time in flight only shortens it. A member without a valid lease owns
-nothing (``placement.exclusive``): a member cut off from a witness quorum, frozen, or on the
-losing side of a split stops by itself within ``lease_s``.
+below, only that a quorum granted). A witness grants it when its own stable view is S and the
+member was not *condemned* at that generation, and remembers when it last granted. When a
+quorum granted round ``seq``, the member's lease runs to ``send_time(seq) + lease_s`` on its
+own clock - counted from when it *sent* the request, so time in flight only shortens it. A
+member without a valid lease owns nothing (``placement.exclusive``): a member cut off from a
+witness quorum, frozen, or on the losing side of a split stops by itself within ``lease_s``.
 
 Condemnation. Before a member takes over the partitions of a holder H it believes dead, it asks
 the witnesses of its S to condemn H. A witness then refuses H every generation it has seen so

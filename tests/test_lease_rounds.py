@@ -148,7 +148,6 @@ def test_a_lease_is_valid_only_while_a_witness_quorum_granted_its_round(seed: in
     def drop(src, dst, msg) -> bool:
         return src in silent or dst in silent or rng.random() < loss
 
-    net = Net(nodes, drop)
     t = 0.0
     while t < 30.0:
         if rng.random() < 0.05:

@@ -2,8 +2,8 @@
 and what the membership thread does on its member's wake-ups instead of a timer of its own."""
 
 import asyncio
-import random
 import logging
+import random
 import socket
 import threading
 import time
@@ -151,7 +151,7 @@ def test_lag_timer_stops_cleanly_on_its_loop_from_another_thread_and_on_a_closed
         loop = asyncio.get_running_loop()
         lag = AppLoopLag(loop, interval_s=0.05)
         lag.start()
-        mine = [h for h in loop._scheduled if getattr(h._callback, "__self__", None) is lag]
+        mine = [h for h in loop._scheduled if getattr(h._callback, "__self__", None) is lag]  # type: ignore[attr-defined]
         assert len(mine) == 1 and not mine[0].cancelled()
         lag.stop()
         assert mine[0].cancelled() and lag._handle is None and lag.lag_s == 0.0
@@ -164,6 +164,7 @@ def test_lag_timer_stops_cleanly_on_its_loop_from_another_thread_and_on_a_closed
     app.loop.call_soon_threadsafe(lag.start)
     until(lambda: lag._handle is not None, 5, "the timer armed")
     handle = lag._handle
+    assert handle is not None
     lag.stop()  # from this thread
     until(lambda: handle.cancelled(), 5, "the timer cancelled on its loop")
     app.close()
@@ -197,13 +198,14 @@ def test_the_membership_thread_arms_no_timer_and_republishes_an_incarnation_chan
             assert member is not None
 
             def scheduled() -> list[asyncio.TimerHandle]:
-                return [h for h in thread.loop._scheduled if not h.cancelled()]
+                return [h for h in thread.loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
             handles = await thread.call(scheduled)
             assert handles, "the member's own timer"
-            owners = {getattr(h._callback, "__self__", None) for h in handles}
+            owners = {getattr(h._callback, "__self__", None) for h in handles}  # type: ignore[attr-defined]
             assert owners == {member}, f"only the member's own timers on an idle membership loop: {handles}"
             app_loop = asyncio.get_running_loop()
-            assert [h for h in app_loop._scheduled if getattr(h._callback, "__self__", None) is thread.app_lag], \
+            timers = app_loop._scheduled  # type: ignore[attr-defined]
+            assert [h for h in timers if getattr(h._callback, "__self__", None) is thread.app_lag], \
                 "the lag timer is on the application loop"
 
             before = thread.members
@@ -226,8 +228,10 @@ def test_the_member_list_is_republished_every_second_without_a_change():
     """``heard_at`` changes without an event or a checksum change: the list is a second old at most."""
     async def main():
         thread = await lone_member_thread([])
+        member = thread.member
+        assert member is not None
         try:
-            checksum = thread.member.core.view_checksum
+            checksum = member.core.view_checksum
             seen = [thread.members]
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
@@ -236,7 +240,7 @@ def test_the_member_list_is_republished_every_second_without_a_change():
                 if thread.members is not seen[-1]:
                     seen.append(thread.members)
                 await asyncio.sleep(0.01)  # polling with a deadline
-            assert thread.member.core.view_checksum == checksum and seen[1] == seen[0]
+            assert member.core.view_checksum == checksum and seen[1] == seen[0]
         finally:
             thread.stop()
 
@@ -252,7 +256,9 @@ def test_a_blocked_application_loop_is_warned_about_once_per_episode_from_the_me
         thread.app_lag.warn_s = 0.3
         flushes: list[float] = []
         member = thread.member
+        assert member is not None
         hook = member.on_flush
+        assert hook is not None
 
         def counting(now: float) -> None:
             flushes.append(now)
@@ -294,7 +300,7 @@ def test_the_membership_thread_stops_when_the_application_loop_closes_without_le
     asyncio.run(main())  # ends without leave() or close()
     (thread,) = threads
     until(lambda: thread.loop.is_closed(), 10, "the membership thread stops")
-    assert thread.member.closed
+    assert thread.member is not None and thread.member.closed
     assert messages(caplog, "closed without leave() or close()")
 
 
@@ -311,7 +317,7 @@ def test_grid_points_of_the_lag_timer_and_the_http_tick_meet_exactly():
             assert iv / 2 <= g - now <= 1.5 * iv + 1e-6 and (g / iv).is_integer()
         one = on_grid(now, 1.0)
         # the 0.5 s timer, re-armed from wherever it ran in between, lands on that same float
-        t, half = now, on_grid(now, 0.5)
+        half = on_grid(now, 0.5)
         while half < one:
-            t, half = half, on_grid(half, 0.5)
+            half = on_grid(half, 0.5)
         assert half == one

@@ -167,7 +167,7 @@ def test_a_proposer_whose_view_lost_to_an_older_accepted_one_knows_it_is_superse
     news to the proposer, whose own view differs: ``superseded`` lets it propose again
     (``Ownership._maybe_propose``) instead of waiting for a change that never comes."""
     net = Net(seed=1, loss=0.0, dup=0.0)
-    w1, w2, w3 = witnesses_of(MEMBERS, 3)
+    w1, w2, _ = witnesses_of(MEMBERS, 3)
     older = {m: 1.0 for m in MEMBERS if m != "e"}
     b = next(m for m in MEMBERS if m not in (w1, w2))
     net.nodes[b].propose(older, 0.1, rank=1)
@@ -183,7 +183,8 @@ def test_a_proposer_whose_view_lost_to_an_older_accepted_one_knows_it_is_superse
         _deliver_all(net, t, keep=lambda s, d, m: s != b and d != b)
     chosen = net.nodes[proposer].view
     assert chosen.num == 2 and chosen.weighted() == older  # Paxos: the accepted value wins
-    assert net.nodes[proposer].superseded is not None and net.nodes[proposer].superseded.weighted() == mine
+    superseded = net.nodes[proposer].superseded
+    assert superseded is not None and superseded.weighted() == mine
     net.nodes[proposer].install(View.of(3, mine), 0.3)
     assert net.nodes[proposer].superseded is None
 

@@ -5,7 +5,7 @@ import ctypes
 import threading
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_orig = threading.Thread._bootstrap_inner
+_orig = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 
 
 def _named(self):
@@ -17,4 +17,4 @@ def _named(self):
     _orig(self)
 
 
-threading.Thread._bootstrap_inner = _named
+threading.Thread._bootstrap_inner = _named  # type: ignore[attr-defined]
