@@ -645,9 +645,9 @@ class Ownership:
         # Otherwise only a view that settled and changed since the stable view was learned. (A
         # removal seen here is news whenever it was seen; without this, a view learned just after
         # the death was never followed by one without the dead member: fuzz seed 327.)
-        # And a member whose own proposal lost to an older value Paxos recovered (fuzz seed 514:
-        # a view accepted during a split was chosen after every member's view had settled, so
-        # none proposed again and 123 partitions stayed orphaned) still has news, once.
+        # And a member whose own proposal lost to an older accepted value that Paxos made it
+        # finish still has news, once: otherwise nobody proposes again, the hole of fuzz seeds
+        # 405 and 514 (there a stale attempt of the proposer itself; ``StableViews.withdraw``).
         superseded = lease.views.superseded
         news = self._view_changed_at >= lease.learned_at or (
             superseded is not None and superseded.weighted() == self.view)

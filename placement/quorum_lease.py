@@ -382,7 +382,7 @@ class QuorumLease:
         each wake-up of an idle process costs ~240 us; BENCHMARKS.md, "Idle CPU ... fourth
         pass"); Cassandra's reads at QUORUM likewise contact only as many replicas as the
         quorum needs, and others when one is slow. Anything unusual widens the round to every
-        witness (``_widen``): no quorum by ``resend_s``, or any refusal - a condemnation, a
+        witness (``_widen``): no quorum by ``resend_s``/2, or any refusal - a condemnation, a
         successor view pending, a witness behind - so what one witness refuses for, the others
         are asked about at once, as when every round asked them all.
 

@@ -306,7 +306,7 @@ class StableViews:
             assert chosen is not None
             tell = (set(p.base.members) | set(chosen.members)) - {self.me}
             self.install(chosen, now)
-            if (chosen.members, chosen.weights) != (p.own.members, p.own.weights):
+            if chosen.ck != p.own.ck:
                 self.superseded = p.own
             for m_id in sorted(tell):
                 self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights))
