@@ -118,6 +118,7 @@ class Cluster:
     variant: str
     n: int
     logdir: str
+    root: str = ROOT  # the source tree the members run from (bench_wakeups.py --root)
     procs: list[subprocess.Popen] = field(default_factory=list)
     # member variant: each child's last reported live count and counters (from its stdout)
     live: dict[int, int] = field(default_factory=dict)
@@ -141,10 +142,10 @@ class Cluster:
         return cmd + (["--join", str(MEMBER_GOSSIP)] if i else [])
 
     def start(self, i: int) -> None:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=self.root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         log = open(os.path.join(self.logdir, f"{self.variant}-{i}.log"), "w")  # the child holds it
         piped = self.variant == "member"
-        proc = subprocess.Popen(self.command(i), stdin=subprocess.DEVNULL, stderr=log, env=env, cwd=ROOT,
+        proc = subprocess.Popen(self.command(i), stdin=subprocess.DEVNULL, stderr=log, env=env, cwd=self.root,
                                 stdout=subprocess.PIPE if piped else log, text=True, start_new_session=True)
         log.close()
         self.procs.append(proc)
