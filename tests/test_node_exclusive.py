@@ -253,3 +253,35 @@ def test_bad_ownership_mode_is_a_clear_error():
 
     with pytest.raises(InvalidConfigError, match="ownership must be"):
         config("n1", ownership="sometimes")
+
+
+def test_an_idle_node_wakes_for_its_lease_only_to_renew():
+    """Each wake-up of the ownership runner's timer in the steady state sends a renewal round:
+    the timer follows the core's deadline when it moves later too (it used to stay at the
+    resend check of a round a quorum had granted since: a wake-up for nothing each renewal)."""
+    async def main():
+        ledger = Ledger()
+        nodes = await start_nodes(ledger, 3)
+        try:
+            await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes),
+                             what="every partition owned once, by all three")
+            thread = nodes[1]._thread
+            assert thread is not None and thread.runner is not None
+            runner = thread.runner
+            ticks: list[tuple[int, int]] = []  # (rounds sent before, after) per timer wake-up
+            tick = runner._tick
+
+            def counting() -> None:
+                seq = runner.own.lease._seq
+                tick()
+                ticks.append((seq, runner.own.lease._seq))
+            await thread.call(setattr, runner, "_tick", counting)
+            await thread.call(runner._drive)  # re-arms the timer with the counting callback
+            await eventually(lambda: sum(b > a for a, b in ticks) >= 8, what="eight renewals")
+            idle = [t for t in ticks if t[1] == t[0]]
+            assert len(idle) <= 1, f"timer wake-ups that sent no round: {len(idle)} of {len(ticks)}"
+        finally:
+            for n in nodes:
+                await n.leave()
+
+    asyncio.run(main())

@@ -245,8 +245,11 @@ class ExclusiveRunner:
                     self.sent += 1
         if own.left_ready:
             self._left.set()
+        # The timer follows the core's deadline both ways: left at an earlier deadline that
+        # passed (the resend check of a round a quorum has granted since), it would wake this
+        # thread for nothing, once a renewal (issue 14: idle CPU).
         due = own.get_timer()
-        if self._timer_at is None or due < self._timer_at:
+        if due != self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = due
