@@ -1,9 +1,8 @@
-"""The membership thread's plumbing: mailboxes between loops, the application loop's lag timer,
+"""The membership thread's plumbing: mailboxes between loops, the application loop's lag gauge,
 and what the membership thread does on its member's wake-ups instead of a timer of its own."""
 
 import asyncio
 import logging
-import random
 import socket
 import threading
 import time
@@ -386,22 +385,3 @@ def test_the_membership_thread_stops_when_the_application_loop_closes_without_le
     until(lambda: thread.loop.is_closed(), 10, "the membership thread stops")
     assert thread.member is not None and thread.member.closed
     assert messages(caplog, "closed without leave() or close()")
-
-
-def test_grid_points_of_the_lag_timer_and_the_http_tick_meet_exactly():
-    """``on_grid``: the next multiple at least half an interval away, and the 1 s grid is a
-    subset of the 0.5 s one with *equal* floats, so both timers fall due in one wake-up."""
-    from placement.service.node_thread import on_grid
-
-    rng = random.Random(7)
-    for _ in range(10_000):
-        now = rng.uniform(0, 1e6)
-        for iv in (0.5, 1.0):
-            g = on_grid(now, iv)
-            assert iv / 2 <= g - now <= 1.5 * iv + 1e-6 and (g / iv).is_integer()
-        one = on_grid(now, 1.0)
-        # the 0.5 s timer, re-armed from wherever it ran in between, lands on that same float
-        half = on_grid(now, 0.5)
-        while half < one:
-            half = on_grid(half, 0.5)
-        assert half == one

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 import selectors
 import threading
 import time
@@ -111,18 +110,6 @@ class Mailbox:
                 fn(*args)
             except Exception:
                 _log.exception("%s raised (the node carries on)", getattr(fn, "__qualname__", fn))
-
-
-def on_grid(now: float, interval_s: float) -> float:
-    """The next multiple of ``interval_s`` after ``now`` (a loop's ``time()``), at least half an
-    interval away: where periodic timers of one loop go so that they fall due together.
-
-    Why: timers due at *exactly* the same instant run in one wake-up of the loop; a few
-    microseconds apart they are two (the selector's timeout is rounded up to a millisecond), and
-    on this project's test machine each wake-up of an idle loop costs ~240 us of CPU
-    (BENCHMARKS.md, "Idle CPU ... third pass"). uvicorn's tick (every 1 s) runs on this grid;
-    the application loop's lag gauge (``AppLoopLag``) needs no timer any more."""
-    return (math.floor(now / interval_s + 0.5) + 1) * interval_s
 
 
 # A finished busy run shorter than this is not kept (the loop's ordinary iterations are far
