@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             if key not in s0:
                 continue
             rate, pct = (vol - s0[key][1]) / dt, (cpu - s0[key][2]) / dt / 1e9 * 100
-            if rate >= 0.05:
+            if rate >= 0.05 or name == "app loop" or name.startswith("membership"):  # a quiet one counts too
                 print(f"n{key[0]}\t{name:16s}\t{rate:6.2f} wake-ups/s\t{pct:6.3f} % CPU")
                 kind = "membership" if name.startswith("membership") else name
                 by_kind.setdefault(kind, []).append((rate, pct))
