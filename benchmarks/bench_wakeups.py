@@ -72,13 +72,20 @@ def main(argv: list[str] | None = None) -> int:
         t0, s0 = time.monotonic(), _snap(cluster)
         time.sleep(a.window)
         t1, s1 = time.monotonic(), _snap(cluster)
+        # An exited node's threads count zero wake-ups, which is also what a quiet thread counts:
+        # refuse to report one (another cluster on the same ports made every node of a run exit,
+        # and the "converged" wait above was answered by that other cluster's nodes).
+        exited = [i for i, p in enumerate(cluster.procs) if p.poll() is not None]
+        if exited:
+            print(f"error: node(s) {exited} exited (logs in {cluster.logdir}); no figures", flush=True)
+            return 1
         dt = t1 - t0
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for key, (name, vol, cpu) in sorted(s1.items()):
             if key not in s0:
                 continue
             rate, pct = (vol - s0[key][1]) / dt, (cpu - s0[key][2]) / dt / 1e9 * 100
-            if rate >= 0.05:
+            if rate >= 0.05 or name == "app loop" or name.startswith("membership"):  # a quiet one counts too
                 print(f"n{key[0]}\t{name:16s}\t{rate:6.2f} wake-ups/s\t{pct:6.3f} % CPU")
                 kind = "membership" if name.startswith("membership") else name
                 by_kind.setdefault(kind, []).append((rate, pct))

@@ -1,17 +1,19 @@
-"""The membership thread's plumbing: mailboxes between loops, the application loop's lag timer,
+"""The membership thread's plumbing: mailboxes between loops, the application loop's lag gauge,
 and what the membership thread does on its member's wake-ups instead of a timer of its own."""
 
 import asyncio
 import logging
-import random
 import socket
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
 
 from membership import MemberEvent, MembershipConfig, Meta
 from membership.aio import start_member
-from placement.service.node_thread import AppLoopLag, Mailbox, MembershipThread
+from placement.service.node_thread import AppLoopLag, Mailbox, MembershipThread, _BusyRuns, _LagTimer
 
 
 def test_a_mailbox_runs_posts_from_another_thread_in_order_once_opened_and_isolates_errors(caplog):
@@ -84,6 +86,12 @@ class AppLoop:
     def release(self) -> None:
         self._release.set()
 
+    def sync(self) -> None:
+        """Return once what was posted to the loop before has run."""
+        done = threading.Event()
+        self.loop.call_soon_threadsafe(done.set)
+        assert done.wait(10), "the loop runs"
+
     def close(self) -> None:
         self._release.set()
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -95,86 +103,162 @@ def messages(caplog, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
-def test_lag_timer_shows_a_blocked_loop_at_once_from_another_thread_and_the_worst_recent_lag_after(caplog):
+def busy_since(lag: AppLoopLag) -> float | None:
+    """When the loop's current busy run began (the fallback timer: when it is due), or None."""
+    source = lag._source
+    return source.busy_since if source is not None else None
+
+
+def longest(lag: AppLoopLag) -> float:
+    return max((run for _, run in lag._recent), default=0.0)
+
+
+BOTH = pytest.mark.parametrize("timer", [False, True], ids=["busy-runs", "fallback-timer"])
+
+
+@BOTH
+def test_lag_shows_a_blocked_loop_at_once_from_another_thread_logs_it_when_it_ends_and_forgets_it(timer, caplog):
     caplog.set_level(logging.WARNING, logger="placement.node")
     app = AppLoop()
-    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3, window_s=1.0)
+    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3, window_s=1.0, timer=timer)
     try:
         app.loop.call_soon_threadsafe(lag.start)
-        until(lambda: lag._due is not None, 5, "the timer armed")
-        first = lag._due
-        until(lambda: lag._due not in (None, first), 5, "the timer re-armed itself")
+        until(lambda: lag._source is not None, 5, "the gauge started")
+        assert isinstance(app.loop._selector, _BusyRuns) != timer  # type: ignore[attr-defined]
         app.block()
-        # Read from this thread while the loop is blocked: how overdue its timer is, growing.
+        # Read from this thread while the loop is blocked: how long it has been busy, growing.
         until(lambda: lag.lag_s >= 0.4, 10, "the blocked loop's lag, read while the block lasts")
-        assert max((x for _, x in lag._recent), default=0.0) < 0.4, "seen as pending, not from a timer that ran"
+        assert longest(lag) < 0.4, "seen under way, not as a finished run"
         assert messages(caplog, "was blocked for") == []
-        released = time.monotonic()
         app.release()
-        until(lambda: (lag._due or 0.0) > released, 5, "the timer ran after the block")
-        # No longer pending: the worst lag of the window, as the timer measured it.
-        assert lag.lag_s >= 0.4 and max(x for _, x in lag._recent) >= 0.4
+        until(lambda: longest(lag) >= 0.4, 5, "the run ended when the loop waited again")
+        assert lag.lag_s >= 0.4, "the longest run of the window"
         assert messages(caplog, "the application's event loop was blocked for"), "a block >= warn_s is logged"
         # Once out of the window (1 s here) it is forgotten.
         until(lambda: lag.lag_s < 0.3, 10, "the block aged out of the window")
+        if not timer:
+            assert lag.lag_s < 0.05, "an idle loop waits in select(): no lag at all"
     finally:
         lag.stop()
         app.close()
 
 
-def test_lag_timer_overdue_check_warns_once_per_blocked_episode(caplog):
+def test_busy_runs_see_every_short_block_at_its_length():
+    """A timer every 0.5 s saw a 0.08 s block with probability 0.16, as a lag of 0-0.08 s."""
+    app = AppLoop()
+    lag = AppLoopLag(app.loop, warn_s=10.0)
+    try:
+        app.loop.call_soon_threadsafe(lag.start)
+        until(lambda: lag._source is not None, 5, "the gauge started")
+        for _ in range(5):
+            seen = len(lag._recent)
+            app.loop.call_soon_threadsafe(time.sleep, 0.08)  # blocks that loop, not this test
+            until(lambda: len(lag._recent) > seen, 5, "the short block recorded")
+            assert 0.08 <= lag._recent[-1][1] < 0.6
+    finally:
+        lag.stop()
+        app.close()
+
+
+@BOTH
+def test_a_block_is_warned_about_once_from_another_thread_while_it_lasts(timer, caplog):
     """What the membership thread calls on its own wake-ups (its ``now`` given here)."""
     caplog.set_level(logging.WARNING, logger="placement.node")
     app = AppLoop()
-    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3)
+    lag = AppLoopLag(app.loop, interval_s=0.05, warn_s=0.3, timer=timer)
     try:
         app.loop.call_soon_threadsafe(lag.start)
-        until(lambda: lag._due is not None, 5, "the timer armed")
+        until(lambda: lag._source is not None, 5, "the gauge started")
         for episode in (1, 2):
             app.block()
-            due = lag._due  # stands still while the loop is blocked
-            assert due is not None
-            lag.check(due + 0.29)
-            assert len(messages(caplog, "has not run for")) == episode - 1, "not yet warn_s overdue"
+            since = busy_since(lag)  # stands still while the loop is blocked
+            assert since is not None
+            lag.check(since + 0.29)
+            assert len(messages(caplog, "has not run for")) == episode - 1, "not yet warn_s"
             for late in (0.3, 0.31, 0.5, 2.0, 10.0):
-                lag.check(due + late)
-            assert len(messages(caplog, "has not run for")) == episode, "one line per blocked episode"
+                lag.check(since + late)
+            assert len(messages(caplog, "has not run for")) == episode, "one line per block"
             app.release()
-            until(lambda: lag._due not in (None, due), 5, "the timer ran after the block")
+            until(lambda: busy_since(lag) != since, 5, "the block ended")
     finally:
         lag.stop()
         app.close()
 
 
-def test_lag_timer_stops_cleanly_on_its_loop_from_another_thread_and_on_a_closed_loop():
+def test_the_gauges_of_one_loop_share_one_wrapper_and_the_last_to_stop_puts_the_selector_back(caplog):
+    caplog.set_level(logging.WARNING, logger="placement.node")
+
     async def on_its_loop() -> None:
         loop = asyncio.get_running_loop()
-        lag = AppLoopLag(loop, interval_s=0.05)
-        lag.start()
-        mine = [h for h in loop._scheduled if getattr(h._callback, "__self__", None) is lag]  # type: ignore[attr-defined]
-        assert len(mine) == 1 and not mine[0].cancelled()
-        lag.stop()
-        assert mine[0].cancelled() and lag._handle is None and lag.lag_s == 0.0
-        lag.start()  # a stopped timer stays stopped
-        assert lag._handle is None
+        original = loop._selector  # type: ignore[attr-defined]
+        a, b = AppLoopLag(loop, warn_s=0.11), AppLoopLag(loop, warn_s=0.11)
+        a.start()
+        b.start()
+        a.start()  # started once only
+        busy = loop._selector  # type: ignore[attr-defined]
+        assert isinstance(busy, _BusyRuns) and busy.inner is original and busy.users == (a, b)
+        assert [h for h in loop._scheduled if not h.cancelled()] == [], "no timer"  # type: ignore[attr-defined]
+        time.sleep(0.12)  # this loop, blocked
+        await asyncio.sleep(0)  # back in select(): the run ends
+        assert longest(a) >= 0.12 and longest(b) >= 0.12
+        assert len(messages(caplog, "was blocked for")) >= 2, "each node's gauge logs it"
+        # I/O goes through the wrapper as before.
+        left, right = socket.socketpair()
+        with left, right:
+            left.setblocking(False)
+            right.setblocking(False)
+            await loop.sock_sendall(left, b"ping")
+            assert await asyncio.wait_for(loop.sock_recv(right, 4), 5) == b"ping"
+        a.stop()
+        assert loop._selector is busy and busy.users == (b,), "b still uses it"  # type: ignore[attr-defined]
+        b.stop()
+        assert loop._selector is original  # type: ignore[attr-defined]
+        b.start()  # a stopped gauge stays stopped
+        assert loop._selector is original  # type: ignore[attr-defined]
+        c = AppLoopLag(loop)
+        c.start()
+        assert isinstance(loop._selector, _BusyRuns) and loop._selector is not busy  # type: ignore[attr-defined]
+        c.stop()
+        assert loop._selector is original and c.lag_s == 0.0  # type: ignore[attr-defined]
     asyncio.run(on_its_loop())
 
+
+@BOTH
+def test_lag_stops_cleanly_from_another_thread_and_on_a_closed_loop(timer):
     app = AppLoop()
-    lag = AppLoopLag(app.loop, interval_s=0.05)
-    app.loop.call_soon_threadsafe(lag.start)
-    until(lambda: lag._handle is not None, 5, "the timer armed")
-    handle = lag._handle
-    assert handle is not None
-    lag.stop()  # from this thread
-    until(lambda: handle.cancelled(), 5, "the timer cancelled on its loop")
+    original = app.loop._selector  # type: ignore[attr-defined]
+    lags = [AppLoopLag(app.loop, interval_s=0.05, timer=timer) for _ in range(2)]
+    for lag in lags:
+        app.loop.call_soon_threadsafe(lag.start)
+    until(lambda: all(lag._source is not None for lag in lags), 5, "the gauges started")
+    sources = [lag._source for lag in lags]
+    lags[0].stop()  # from this thread
+    assert lags[0]._source is None and busy_since(lags[0]) is None
+    app.sync()  # what stop() left to that loop has run
+    if timer:
+        timer0 = sources[0]
+        assert isinstance(timer0, _LagTimer) and timer0._handle is None, "its timer cancelled on its loop"
+    else:
+        assert app.loop._selector is sources[0] is sources[1], "the other gauge still uses it"  # type: ignore[attr-defined]
+    lags[1].stop()
+    app.sync()
+    assert app.loop._selector is original  # type: ignore[attr-defined]
     app.close()
-    lag.stop()  # the loop is closed now: nothing to do, nothing raised
+    lags[1].stop()  # the loop is closed now: nothing to do, nothing raised
 
     closed = asyncio.new_event_loop()
-    lag = AppLoopLag(closed)
-    lag.start()
-    closed.close()
+    lag = AppLoopLag(closed, timer=timer)
+    lag.start()  # before the loop runs
+    assert lag.lag_s == 0.0, "a loop that has not run yet is not blocked"
+    closed.close()  # (through the wrapper: the original selector is closed)
+    assert closed._selector is None  # type: ignore[attr-defined]
     lag.stop()
+
+
+def test_loops_without_a_selector_to_wrap_get_the_timer():
+    lag = AppLoopLag(asyncio.new_event_loop())
+    for loop in (SimpleNamespace(), SimpleNamespace(_selector=None)):  # uvloop; a closed loop
+        assert _BusyRuns.attach(loop, lag) is None  # type: ignore[arg-type]
 
 
 # ----- the membership thread: no timer of its own ----------------------------------------------
@@ -189,7 +273,7 @@ async def lone_member_thread(events: list[object]) -> MembershipThread:
     return thread
 
 
-def test_the_membership_thread_arms_no_timer_and_republishes_an_incarnation_change_at_once():
+def test_the_membership_thread_arms_no_timer_nor_the_node_on_the_app_loop_and_an_incarnation_change_is_republished():
     async def main():
         events: list[object] = []
         thread = await lone_member_thread(events)
@@ -203,10 +287,12 @@ def test_the_membership_thread_arms_no_timer_and_republishes_an_incarnation_chan
             assert handles, "the member's own timer"
             owners = {getattr(h._callback, "__self__", None) for h in handles}  # type: ignore[attr-defined]
             assert owners == {member}, f"only the member's own timers on an idle membership loop: {handles}"
+            # Nor does the node on the application loop: its lag gauge wraps the loop's selector.
             app_loop = asyncio.get_running_loop()
             timers = app_loop._scheduled  # type: ignore[attr-defined]
-            assert [h for h in timers if getattr(h._callback, "__self__", None) is thread.app_lag], \
-                "the lag timer is on the application loop"
+            assert [h for h in timers if not h.cancelled()] == [], "no timer on the application loop"
+            busy = app_loop._selector  # type: ignore[attr-defined]
+            assert isinstance(busy, _BusyRuns) and busy.users == (thread.app_lag,)
 
             before = thread.members
             (me,) = before
@@ -280,11 +366,8 @@ def test_a_blocked_application_loop_is_warned_about_once_per_episode_from_the_me
                         out.sendto(b"not gossip", member.bound)
                         time.sleep(0.01)
                     assert len(messages(caplog, "has not run for")) == episode, "one line per episode"
-                    unblocked = time.monotonic()
-                    while (thread.app_lag._due or 0.0) <= unblocked:  # the timer runs: the episode ends
-                        assert time.monotonic() < deadline, "the lag timer runs again"
-                        await asyncio.sleep(0.01)  # polling with a deadline
-            assert len(messages(caplog, "was blocked for")) == 2
+                    await asyncio.sleep(0)  # back in select(): the episode ends, logged at once
+                    assert len(messages(caplog, "was blocked for")) == episode
         finally:
             thread.stop()
 
@@ -302,22 +385,3 @@ def test_the_membership_thread_stops_when_the_application_loop_closes_without_le
     until(lambda: thread.loop.is_closed(), 10, "the membership thread stops")
     assert thread.member is not None and thread.member.closed
     assert messages(caplog, "closed without leave() or close()")
-
-
-def test_grid_points_of_the_lag_timer_and_the_http_tick_meet_exactly():
-    """``on_grid``: the next multiple at least half an interval away, and the 1 s grid is a
-    subset of the 0.5 s one with *equal* floats, so both timers fall due in one wake-up."""
-    from placement.service.node_thread import on_grid
-
-    rng = random.Random(7)
-    for _ in range(10_000):
-        now = rng.uniform(0, 1e6)
-        for iv in (0.5, 1.0):
-            g = on_grid(now, iv)
-            assert iv / 2 <= g - now <= 1.5 * iv + 1e-6 and (g / iv).is_integer()
-        one = on_grid(now, 1.0)
-        # the 0.5 s timer, re-armed from wherever it ran in between, lands on that same float
-        half = on_grid(now, 0.5)
-        while half < one:
-            half = on_grid(half, 0.5)
-        assert half == one

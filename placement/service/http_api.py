@@ -310,8 +310,9 @@ class _NodeCollector:
         lag = getattr(self.node, "app_loop_lag_s", None)  # placement.service.node_thread.AppLoopLag
         if lag is not None:
             yield GaugeMetricFamily("placement_app_loop_lag_seconds", "How late the application's event loop "
-                                    "ran a periodic timer of its own: the worst of the last minute, or how "
-                                    "long it has been blocked now (does not affect membership)", value=lag)
+                                    "would run a timer: its longest run between two waits for I/O of the last "
+                                    "minute, or how long it has been busy now (does not affect membership)",
+                                    value=lag)
 
 
 # Links between operations (OpenAPI 3.1, 4.8.20): a snapshot's etag is what a client sends back

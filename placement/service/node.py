@@ -330,8 +330,8 @@ class Node:
 
     @property
     def app_loop_lag_s(self) -> float:
-        """How late the application's loop ran its lag timer (``node_thread.AppLoopLag``): the
-        largest lag of the last minute, or how long it has been blocked right now (seconds)."""
+        """How late the application's loop would run a timer (``node_thread.AppLoopLag``): its
+        longest busy run of the last minute, or how long it has been busy right now (seconds)."""
         return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import email.utils
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,6 @@ from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
 from ..exclusive import ExclusiveConfig
 from .node import Node, NodeConfig, read_key_file
-from .node_thread import on_grid
 from .workers import PartitionProcessor, PartitionWorkers
 
 if TYPE_CHECKING:
@@ -157,29 +157,29 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     one processor per owned partition (``placement.service.workers``). ``work_sink``: also accept
     ``POST /v1/work`` (``placement.service.work_sink``: records what it receives), so that
     ``spark-route --deliver`` has a receiver."""
-    import uvicorn
-
     from .http_api import create_app
 
     # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr.
     logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
     sock = _listen_http(http)
     node = Node(config)
-    try:
-        await node.start()
-    except OSError as exc:
-        sock.close()
-        raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
-    workers = PartitionWorkers(node, worker) if worker is not None else None
     done = asyncio.Event()
+    # The HTTP app and server are built (their modules imported) before the node starts: after
+    # it, the ~70 ms this takes (~1 s when 16 nodes start at once on 2 cores) is the first
+    # block of the application loop its lag gauge sees and logs (node_thread.AppLoopLag).
     if work_sink:
         from placement.service.work_sink import create_sink_app  # (only a --work-sink node needs it)
 
         app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
     else:
         app = create_app(node, config.admin_token, on_leave=done.set)
-
-    server = _server_class()(uvicorn.Config(app, host=http[0], port=http[1], log_level="warning", lifespan="off"))
+    server = http_server(app, http)
+    try:
+        await node.start()
+    except OSError as exc:
+        sock.close()
+        raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
+    workers = PartitionWorkers(node, worker) if worker is not None else None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
@@ -234,24 +234,88 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     return status
 
 
+_Message = MutableMapping[str, Any]  # an ASGI scope or event
+_Receive = Callable[[], Awaitable[_Message]]
+_Send = Callable[[_Message], Awaitable[None]]
+_ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
+
+
+def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
+    """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
+    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``.
+    Its config is loaded here (the protocol modules imported), not when it starts serving."""
+    import uvicorn
+
+    config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
+                            date_header=False)
+    config.load()
+    return _server_class()(config)
+
+
+class DateHeader:
+    """ASGI middleware: a ``Date`` header on every HTTP response, as uvicorn's own would be.
+
+    uvicorn adds the header from a value its ``main_loop`` refreshes on a timer (once a second,
+    on a loop that wakes ten times a second); the node's server has no such tick (an idle
+    node's application loop wakes for nothing: BENCHMARKS.md, "Idle CPU side by side with Serf,
+    fifth pass"), so it runs with ``date_header=False`` and the header is made here, when a
+    response starts: ``email.utils.formatdate(usegmt=True)`` of the whole second, as uvicorn
+    formats it (RFC 9110's IMF-fixdate), computed once per second. A response that has a Date
+    of its own keeps it. ``clock``: seconds since the epoch (tests give their own)."""
+
+    def __init__(self, app: _ASGIApp, clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self._clock = clock
+        self._date: tuple[int, bytes] = (-1, b"")  # (second, its header value): replaced whole
+
+    def date(self) -> bytes:
+        second = int(self._clock())
+        cached = self._date
+        if cached[0] != second:
+            cached = (second, email.utils.formatdate(second, usegmt=True).encode("ascii"))
+            self._date = cached
+        return cached[1]
+
+    async def __call__(self, scope: _Message, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_dated(message: _Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"date" for name, _ in headers):
+                    message = {**message, "headers": [(b"date", self.date()), *headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_dated)
+
+
 def _server_class() -> type[uvicorn.Server]:
     """Built when a node starts: uvicorn is imported then, not with this module."""
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's server without its signal handling and with a once-a-second tick.
+        """uvicorn's server without its signal handling and without a periodic tick.
 
         Signals: we handle them (leave first, then stop). uvicorn >= 0.29 captures SIGINT/SIGTERM
         in serve(), stops serving at once and raises the signal again afterwards: the node then
         saw its HTTP server gone and stopped abruptly.
 
-        Tick: uvicorn's ``main_loop`` wakes every 0.1 s to refresh the Date header (once a second)
-        and to see ``should_exit``: ten wake-ups a second of an idle node's loop (issue 14: idle
-        CPU). Here it wakes once a second, on the whole seconds of the loop's clock where the
-        application-loop lag timer falls due too (``node_thread.on_grid``), with a counter that
-        refreshes the header every time, and setting ``should_exit`` wakes it at once."""
+        Tick: uvicorn's ``main_loop`` wakes every 0.1 s and calls ``on_tick``, which (uvicorn
+        0.54) refreshes the default headers (Date and Server) every tenth call, awaits
+        ``config.callback_notify`` every ``timeout_notify`` seconds, and returns True to stop
+        when ``should_exit`` is set or ``limit_max_requests`` is reached. Ten wake-ups a second
+        of an idle node's loop, then one (issue 14: idle CPU); here none. ``on_tick`` runs once
+        at the start (it sets the default headers: Server only, as the config has
+        ``date_header=False``; the Date header is ``DateHeader``'s) and ``main_loop`` then waits
+        for ``should_exit``, an event here, so setting it wakes the server at once. The node
+        sets neither ``limit_max_requests`` nor ``callback_notify``, which would need the tick:
+        a config that does is refused."""
 
         def __init__(self, config: uvicorn.Config) -> None:
+            if config.limit_max_requests is not None or config.callback_notify is not None:
+                raise ValueError("this server has no tick: limit_max_requests and callback_notify are not supported")
             self._exit = asyncio.Event()
             super().__init__(config)
 
@@ -271,22 +335,8 @@ def _server_class() -> type[uvicorn.Server]:
             yield
 
         async def main_loop(self) -> None:
-            loop = asyncio.get_running_loop()
-            counter = 0
-            should_exit = await self.on_tick(counter)
-            exiting = asyncio.ensure_future(self._exit.wait())
-            try:
-                while not should_exit:
-                    counter = (counter + 10) % 864000  # a multiple of 10: on_tick refreshes the Date header
-                    # On the whole seconds of the loop's clock, where the lag timer also falls due:
-                    # one wake-up for both (node_thread.on_grid).
-                    tick = loop.create_future()
-                    handle = loop.call_at(on_grid(loop.time(), 1.0), tick.set_result, None)
-                    await asyncio.wait((tick, exiting), return_when=asyncio.FIRST_COMPLETED)
-                    handle.cancel()
-                    should_exit = await self.on_tick(counter)
-            finally:
-                exiting.cancel()
+            if not await self.on_tick(0):  # the default headers; True if should_exit is already set
+                await self._exit.wait()
 
     return Server
 
