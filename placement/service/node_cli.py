@@ -261,7 +261,11 @@ class DateHeader:
     fifth pass"), so it runs with ``date_header=False`` and the header is made here, when a
     response starts: ``email.utils.formatdate(usegmt=True)`` of the whole second, as uvicorn
     formats it (RFC 9110's IMF-fixdate), computed once per second. A response that has a Date
-    of its own keeps it. ``clock``: seconds since the epoch (tests give their own)."""
+    of its own keeps it. ``clock``: seconds since the epoch (tests give their own).
+
+    Not dated any more: what uvicorn answers without the app - a 400 to a request it cannot
+    parse, a 500 when the app fails before it starts a response (FastAPI's own 500s go through
+    here) - and websocket handshakes, which the node does not serve."""
 
     def __init__(self, app: _ASGIApp, clock: Callable[[], float] = time.time) -> None:
         self.app = app
