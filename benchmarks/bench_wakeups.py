@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         # An exited node's threads count zero wake-ups, which is also what a quiet thread counts:
         # refuse to report one (another cluster on the same ports made every node of a run exit,
         # and the "converged" wait above was answered by that other cluster's nodes).
-        exited = [i for i, p in enumerate(cluster.procs) if p.poll() is not None]
+        exited = cluster.exited()
         if exited:
             print(f"error: node(s) {exited} exited (logs in {cluster.logdir}); no figures", flush=True)
             return 1
