@@ -9,19 +9,95 @@ exactly what the placement of the survivors says ("taken over"), restart it unde
 and measure until all own what the placement of all says ("back"). Times are from the kill (or
 the restart) to the end of the first sampler round that shows it (rounds take ~0.1-0.3 s), so
 they include up to one round of sampling delay. Prints one line per kill and the medians.
+
+"Detected" is seen through the sampler's HTTP rounds, so it includes up to one round of delay.
+Each survivor's event log (``GET /v1/events``, wall-clock stamps on one machine's clock) also
+says exactly when *it* marked the victim suspect and dead: the line per kill gives the first
+suspicion anywhere and the death in the first and in the last survivor's view ("dead
+everywhere"), measured from the kill, and ``--out FILE`` appends them as JSON lines.
+``--pool FILE...`` prints percentiles over the kills of several such files (the runs of one
+tree, to compare with another's).
+
+Before each kill the script waits a random 0 to ``--jitter-s`` seconds (seeded by ``--seed``).
+Members probe on a grid of the shared wall clock (``membership.core``, "Probe schedule"), and
+without that wait the kills of a run fall at about the same phase of it, so detection would be
+measured at one phase only (``--jitter-s 0``: the behaviour before 2026-11-25).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import random
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from host_cluster import Cluster, Hosts, Loopback, alive
+
+
+def victim_events(hosts: Hosts, survivors: list[str], victim: str, since: float) -> dict[str, dict[str, float]]:
+    """survivor -> {"suspect": wall time, "dead": wall time}: the first such event about
+    ``victim`` at or after ``since`` in the survivor's event log (a kind missing: not seen).
+    Fetched from a thread that entered the hosts' network first, as the sampler does."""
+    out: dict[str, dict[str, float]] = {}
+    failed: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            hosts.enter()
+            with httpx.Client(timeout=5.0) as http:
+                for name in survivors:
+                    body = http.get(f"http://{hosts.http(name)}/v1/events", params={"limit": 1000}).json()
+                    seen: dict[str, float] = {}
+                    for e in body["events"]:
+                        if e["member"] == victim and e["at"] >= since and e["kind"] in ("suspect", "dead"):
+                            seen.setdefault(e["kind"], e["at"])
+                    out[name] = seen
+        except BaseException as exc:  # re-raised in the caller's thread
+            failed.append(exc)
+
+    t = threading.Thread(target=fetch)
+    t.start()
+    t.join()
+    if failed:
+        raise failed[0]
+    return out
+
+
+def from_events(events: dict[str, dict[str, float]], kill_wall: float) -> dict[str, float | None]:
+    """First suspicion anywhere, and the death in the first and the last survivor's view, in
+    seconds after the kill (None: some survivor's log has no death, e.g. the log wrapped)."""
+    suspects = [e["suspect"] for e in events.values() if "suspect" in e]
+    deaths = [e.get("dead") for e in events.values()]
+    known = [d for d in deaths if d is not None]
+    return {"suspect_first": min(suspects) - kill_wall if suspects else None,
+            "dead_first": min(known) - kill_wall if known else None,
+            "dead_everywhere": max(known) - kill_wall if known and len(known) == len(deaths) else None}
+
+
+def pct(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100): the smallest x with at least q % of xs <= x."""
+    s = sorted(xs)
+    return s[max(1, math.ceil(q / 100 * len(s))) - 1]
+
+
+def pool(paths: list[str]) -> int:
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line.strip()]
+    print(f"{len(rows)} kills from {len(paths)} file(s)")
+    for key in ("detected", "suspect_first", "dead_first", "dead_everywhere", "taken"):
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        if xs:
+            print(f"  {key:16s} n={len(xs):3d}  p50 {pct(xs, 50):.2f}  p90 {pct(xs, 90):.2f}  "
+                  f"p99 {pct(xs, 99):.2f}  mean {statistics.fmean(xs):.2f}  max {max(xs):.2f} s")
+    return 0
 
 
 def main() -> int:
@@ -29,7 +105,14 @@ def main() -> int:
     ap.add_argument("--where", choices=("loopback", "netns"), default="loopback")
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=5)
+    ap.add_argument("--jitter-s", type=float, default=1.0,
+                    help="wait a random 0..this before each kill (default: one probe period)")
+    ap.add_argument("--seed", type=int, default=1, help="of the waits before the kills")
+    ap.add_argument("--out", help="append one JSON line per kill to this file")
+    ap.add_argument("--pool", nargs="+", metavar="FILE", help="only print percentiles over these --out files")
     args = ap.parse_args()
+    if args.pool:
+        return pool(args.pool)
     hosts: Hosts
     if args.where == "netns":
         from netns_lab import Lab, unavailable_reason
@@ -47,10 +130,13 @@ def main() -> int:
         c.boot()
         c.settled(timeout_s=90)
         victim, survivors = c.names[-1], c.names[:-1]
+        rng = random.Random(args.seed)
         for k in range(args.kills):
-            t0 = time.monotonic()
+            time.sleep(rng.uniform(0.0, args.jitter_s))  # the kill's phase (docstring), not a wait for an effect
+            t0, kill_wall = time.monotonic(), time.time()
             c.kill(victim)
             detected = c.wait(lambda r: r.sees(survivors, alive(survivors)), t0, 60, "the death everywhere").end - t0
+            exact = from_events(victim_events(hosts, survivors, victim, kill_wall), kill_wall)
             expected = c.placed(survivors)
             taken = c.wait(lambda r: r.owns_exactly(expected), t0, 60, "the takeover").end - t0
             t1 = time.monotonic()
@@ -58,8 +144,12 @@ def main() -> int:
             back = c.settled(timeout_s=90).end - t1
             c.assert_exclusive(t0)
             rows.append((detected, taken, back))
-            print(f"kill {k + 1}: detected {detected:.2f} s, taken over {taken:.2f} s, back after restart {back:.2f} s",
-                  flush=True)
+            logged = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in exact.items())
+            print(f"kill {k + 1}: detected {detected:.2f} s, taken over {taken:.2f} s, back after restart {back:.2f} s "
+                  f"(event logs: {logged} s)", flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps({"detected": detected, "taken": taken, "back": back, **exact}) + "\n")
     finally:
         c.close()
     med = [statistics.median(col) for col in zip(*rows)]
