@@ -1,7 +1,8 @@
 """Failure detection and takeover of real `placement node` processes: loopback vs separate hosts.
 
-    python benchmarks/bench_hosts.py --where loopback [--kills 3] [--nodes 5]
+    python benchmarks/bench_hosts.py --where loopback [--kills 3] [--nodes 5] [--seed 1] [--out FILE]
     sudo python benchmarks/bench_hosts.py --where netns [--kills 3]     # network namespaces, root
+    python benchmarks/bench_hosts.py --pool FILE [FILE ...]            # percentiles over --out files
 
 Boots a cluster (P=256, exclusive ownership), then ``--kills`` times: kill -9 the last node,
 measure until every survivor's view has it dead ("detected") and until the survivors own
@@ -10,7 +11,6 @@ and measure until all own what the placement of all says ("back"). Times are fro
 the restart) to the end of the first sampler round that shows it (rounds take ~0.1-0.3 s), so
 they include up to one round of sampling delay. Prints one line per kill and the medians.
 
-"Detected" is seen through the sampler's HTTP rounds, so it includes up to one round of delay.
 Each survivor's event log (``GET /v1/events``, wall-clock stamps on one machine's clock) also
 says exactly when *it* marked the victim suspect and dead: the line per kill gives the first
 suspicion anywhere and the death in the first and in the last survivor's view ("dead
@@ -144,7 +144,7 @@ def main() -> int:
             back = c.settled(timeout_s=90).end - t1
             c.assert_exclusive(t0)
             rows.append((detected, taken, back))
-            logged = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in exact.items())
+            logged = ", ".join(f"{what} {v:.2f}" if v is not None else f"{what} -" for what, v in exact.items())
             print(f"kill {k + 1}: detected {detected:.2f} s, taken over {taken:.2f} s, back after restart {back:.2f} s "
                   f"(event logs: {logged} s)", flush=True)
             if args.out:
