@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import statistics
 import sys
@@ -39,6 +38,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from simulations.metrics import percentiles  # nearest-rank, as the simulator reports them
 
 from host_cluster import Cluster, Hosts, Loopback, alive
 
@@ -83,20 +84,15 @@ def from_events(events: dict[str, dict[str, float]], kill_wall: float) -> dict[s
             "dead_everywhere": max(known) - kill_wall if known and len(known) == len(deaths) else None}
 
 
-def pct(xs: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100): the smallest x with at least q % of xs <= x."""
-    s = sorted(xs)
-    return s[max(1, math.ceil(q / 100 * len(s))) - 1]
-
-
 def pool(paths: list[str]) -> int:
     rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line.strip()]
     print(f"{len(rows)} kills from {len(paths)} file(s)")
     for key in ("detected", "suspect_first", "dead_first", "dead_everywhere", "taken"):
         xs = [r[key] for r in rows if r.get(key) is not None]
         if xs:
-            print(f"  {key:16s} n={len(xs):3d}  p50 {pct(xs, 50):.2f}  p90 {pct(xs, 90):.2f}  "
-                  f"p99 {pct(xs, 99):.2f}  mean {statistics.fmean(xs):.2f}  max {max(xs):.2f} s")
+            p = percentiles(xs, (50, 90, 99))
+            print(f"  {key:16s} n={len(xs):3d}  p50 {p['p50']:.3f}  p90 {p['p90']:.3f}  "
+                  f"p99 {p['p99']:.3f}  mean {statistics.fmean(xs):.3f}  max {p['max']:.3f} s")
     return 0
 
 

@@ -32,16 +32,17 @@ from .intervals import OwnershipLog
 __all__ = ["Recorder", "percentiles"]
 
 
-def percentiles(values: list[float]) -> dict[str, float | int | None]:
-    """Nearest-rank p50/p99/max (None when there are no values) and the count."""
+def percentiles(values: list[float], ranks: tuple[int, ...] = (50, 99)) -> dict[str, float | int | None]:
+    """Nearest-rank percentiles (``p50``, ``p99``: one key per rank), ``max`` (None when there
+    are no values) and the count ``n``."""
     if not values:
-        return {"p50": None, "p99": None, "max": None, "n": 0}
+        return {**{f"p{p}": None for p in ranks}, "max": None, "n": 0}
     v = sorted(values)
 
     def rank(p: float) -> float:
         return round(v[max(0, math.ceil(p / 100 * len(v)) - 1)], 3)
 
-    return {"p50": rank(50), "p99": rank(99), "max": round(v[-1], 3), "n": len(v)}
+    return {**{f"p{p}": rank(p) for p in ranks}, "max": round(v[-1], 3), "n": len(v)}
 
 
 class _Crash:

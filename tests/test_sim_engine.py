@@ -121,3 +121,22 @@ def test_node_that_believes_itself_dead_is_caught() -> None:
     node.core._self.status = "dead"  # corrupt it on purpose (white-box)
     with pytest.raises(InvariantViolation, match="n001 considers itself dead"):
         cluster.run(5)
+
+
+def test_percentiles_are_nearest_rank_at_the_ranks_asked() -> None:
+    """``metrics.percentiles`` (the simulator's reports, and ``bench_hosts.py --pool`` with p90):
+    the smallest value with at least p % of the values at or below it, against a plain count."""
+    import random
+
+    from simulations.metrics import percentiles
+
+    assert percentiles([]) == {"p50": None, "p99": None, "max": None, "n": 0}
+    assert percentiles([], (90,)) == {"p90": None, "max": None, "n": 0}
+    rng = random.Random(7)
+    for n in (1, 2, 3, 10, 40, 101):
+        values = [round(rng.uniform(0, 10), 3) for _ in range(n)]
+        got = percentiles(values, (50, 90, 99))
+        for p in (50, 90, 99):
+            expected = min(v for v in values if sum(w <= v for w in values) * 100 >= p * n)
+            assert got[f"p{p}"] == expected, (n, p)
+        assert got["max"] == max(values) and got["n"] == n
