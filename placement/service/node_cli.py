@@ -263,9 +263,11 @@ class DateHeader:
     formats it (RFC 9110's IMF-fixdate), computed once per second. A response that has a Date
     of its own keeps it. ``clock``: seconds since the epoch (tests give their own).
 
-    Not dated any more: what uvicorn answers without the app - a 400 to a request it cannot
-    parse, a 500 when the app fails before it starts a response (FastAPI's own 500s go through
-    here) - and websocket handshakes, which the node does not serve."""
+    Not dated any more: a 500 that uvicorn sends when the app fails before it starts a response
+    (FastAPI's own 500s go through here; RFC 9110 section 6.6.1 makes Date optional on 5xx), and
+    websocket handshakes, which the node does not serve. uvicorn's 400 to a request it cannot
+    parse never had one with its h11 protocol (the one used here: httptools is not installed),
+    which sends it without the default headers."""
 
     def __init__(self, app: _ASGIApp, clock: Callable[[], float] = time.time) -> None:
         self.app = app
