@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 from simulations.cluster import Cluster, SwimSystem
 from simulations.engine import InvariantViolation
+from simulations.metrics import percentiles
 from simulations.nodes import SwimNode
 from simulations.scenarios import SCENARIOS, run_scenario
 
@@ -126,10 +128,6 @@ def test_node_that_believes_itself_dead_is_caught() -> None:
 def test_percentiles_are_nearest_rank_at_the_ranks_asked() -> None:
     """``metrics.percentiles`` (the simulator's reports, and ``bench_hosts.py --pool`` with p90):
     the smallest value with at least p % of the values at or below it, against a plain count."""
-    import random
-
-    from simulations.metrics import percentiles
-
     assert percentiles([]) == {"p50": None, "p99": None, "max": None, "n": 0}
     assert percentiles([], (90,)) == {"p90": None, "max": None, "n": 0}
     rng = random.Random(7)
