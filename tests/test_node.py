@@ -131,6 +131,36 @@ def test_leadership_runs_only_on_the_leader_and_moves_on_leave():
     asyncio.run(main())
 
 
+def test_leadership_waits_on_a_non_leader_until_the_leader_leaves():
+    """The waiting side in the availability mode: a timeout around a non-leader's wait fires,
+    and the wait enters once the leader leaves and the name's leadership falls to this node."""
+    async def main():
+        nodes = await start_cluster(2)
+        await eventually(lambda: agree(nodes))
+        name = "nightly-compaction"
+        leader = next(n for n in nodes if n.leader(name) == n.node_id)
+        other = next(n for n in nodes if n is not leader)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                async with other.leadership(name):
+                    raise AssertionError("the non-leader entered")
+        inside = asyncio.Event()
+
+        async def follow() -> None:
+            async with other.leadership(name):
+                inside.set()
+
+        waiting = asyncio.create_task(follow())
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        await leader.leave()
+        await asyncio.wait_for(inside.wait(), 10)
+        await waiting
+        await other.leave()
+
+    asyncio.run(main())
+
+
 def test_guard_answers_421_with_the_owner():
     async def main():
         nodes = await start_cluster(2)

@@ -18,7 +18,7 @@ import pytest
 from membership import MembershipConfig
 from placement.exclusive import ExclusiveConfig
 from placement.service.http_api import create_app
-from placement.service.node import Node, NodeConfig
+from placement.service.node import LeadershipLost, Node, NodeConfig
 
 FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
                         push_pull_min_interval_s=0.5, join_retry_interval_s=0.2)
@@ -285,3 +285,95 @@ def test_an_idle_node_wakes_for_its_lease_only_to_renew():
                 await n.leave()
 
     asyncio.run(main())
+
+
+def _name_led(config_: NodeConfig, by: dict[frozenset[str], str]) -> str:
+    """A leadership name whose leader, for each member set in ``by``, is the member given."""
+    from placement.table import PlacementTable
+
+    tables = {ids: PlacementTable.from_config(config_.table_config, dict.fromkeys(ids, 1.0)) for ids in by}
+    for i in itertools.count():
+        name = f"job-{i}"
+        if all(t.owner(t.partition_of(name)) == by[ids] for ids, t in tables.items()):
+            return name
+    raise AssertionError("unreachable")
+
+
+def test_leadership_waits_without_blocking_the_loop_and_follows_leadership_away_and_back():
+    """The waiting side of leader election (issue 29 item 1): a non-leader's ``leadership()``
+    yields to the loop, can be timed out and cancelled, enters when leadership arrives, raises
+    ``LeadershipLost`` when it moves away (a member joins that leads the name) and enters again
+    when it comes back (that member leaves); a waiter on a node that leaves gets ``LeadershipLost``."""
+    async def main():
+        ledger = Ledger()
+        nodes = await start_nodes(ledger, 2)
+        n1, n2 = nodes
+        name = _name_led(n1.config, {frozenset({"n1", "n2"}): "n1", frozenset({"n1", "n2", "n3"}): "n3"})
+        try:
+            await eventually(lambda: owned_once(nodes) and n1.leader(name) == "n1", what="n1 leads the name")
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticking = asyncio.create_task(ticker())
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    async with n2.leadership(name):
+                        raise AssertionError("n2 does not lead the name")
+            assert time.monotonic() - started < 2.0, "the timeout fired late"
+            assert ticks >= 10, f"the loop ran {ticks} times in 0.5 s while n2 waited"
+            ticking.cancel()
+
+            waiting = asyncio.create_task(_enter(n2, name))
+            await asyncio.sleep(0.1)
+            assert not waiting.done()
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(waiting, 1.0)
+
+            inside = asyncio.Event()
+
+            async def lead() -> None:
+                async with n1.leadership(name):
+                    inside.set()
+                    await asyncio.Event().wait()  # the leader's work, until leadership moves
+
+            leading = asyncio.create_task(lead())
+            await asyncio.wait_for(inside.wait(), 10)
+            n3 = Node(config("n3", join=[n1.member.bound]))
+            ledger.attach(n3)
+            nodes.append(await n3.start())
+            with pytest.raises(LeadershipLost):
+                await asyncio.wait_for(leading, 15)  # away: n3 leads it in the new view
+            assert n3.leader(name) == "n3"
+
+            back = asyncio.create_task(_enter(n1, name))
+            on_n3 = asyncio.create_task(_enter(n3, name))
+            assert await asyncio.wait_for(on_n3, 15) == "n3"
+            await asyncio.sleep(0.1)
+            assert not back.done(), "n1 entered while n3 leads the name"
+            leaving_waiter = asyncio.create_task(_enter(n2, name))
+            await n3.leave()
+            nodes.remove(n3)
+            assert await asyncio.wait_for(back, 15) == "n1"  # and back
+            await n2.leave()
+            nodes.remove(n2)
+            with pytest.raises(LeadershipLost, match="stopped before it led"):
+                await asyncio.wait_for(leaving_waiter, 5)
+            assert ledger.overlaps() == []
+        finally:
+            for n in nodes:
+                await n.leave()
+
+    asyncio.run(main())
+
+
+async def _enter(node: Node, name: str) -> str:
+    """Wait for leadership of ``name`` on ``node``; return its id once inside."""
+    async with node.leadership(name):
+        return node.node_id

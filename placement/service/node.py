@@ -228,7 +228,7 @@ class Node:
         self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
         self._runner: ExclusiveRunner | None = None  # exclusive mode only
         self._published: set[int] = set()  # exclusive mode: announced acquired, not yet released
-        self._ownership_moved = asyncio.Event()  # replaced on every published ownership change
+        self._leaders_checked = asyncio.Event()  # set and replaced whenever leadership may have changed
         self.declared_dead_count = 0
         self.placement_changes = 0
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
@@ -293,6 +293,7 @@ class Node:
         if self._thread is not None:
             self._thread.close()
         self._end_streams()
+        self._check_leaderships()
 
     def _end_streams(self) -> None:
         if self._holddown is not None:
@@ -416,6 +417,8 @@ class Node:
         return {"mode": "exclusive", **self._runner.status()}
 
     def _leads(self, name: str) -> bool:
+        if self._closed:
+            return False
         if self._runner is not None:
             return self.table.partition_of(name) in self._runner.owned_now()
         return self._owning() and self.leader(name) == self.node_id
@@ -451,11 +454,15 @@ class Node:
     async def leadership(self, name: str) -> AsyncIterator[None]:
         """Wait until this node leads ``name``, then run the body while it does.
 
-        If leadership moves away, the body is cancelled and ``LeadershipLost`` is raised.
+        The wait yields to the loop until this node becomes the leader: cancel it, or put
+        ``asyncio.timeout`` around it, to stop waiting. If the node leaves or stops before it
+        leads, ``LeadershipLost`` is raised. If leadership moves away during the body, the body
+        is cancelled and ``LeadershipLost`` is raised.
         """
         while not self._leads(name):
-            moved = self._ownership_moved
-            await self.wait_for_change(self.snapshot.etag, timeout_s=3600) if self._runner is None else moved.wait()
+            if self._leaving or self._closed:
+                raise LeadershipLost(f"node {self.node_id!r} stopped before it led {name!r}")
+            await self._leaders_checked.wait()  # every point where leadership may change sets it
         task = asyncio.current_task()
         assert task is not None
         lost = False
@@ -572,6 +579,10 @@ class Node:
         self._check_leaderships()
 
     def _check_leaderships(self) -> None:
+        """Called wherever leadership may change: wakes the waiting ``leadership()`` calls and
+        cancels the bodies whose leadership moved."""
+        self._leaders_checked.set()
+        self._leaders_checked = asyncio.Event()
         for checks in list(self._leaderships.values()):
             for check in list(checks):
                 check()
@@ -591,8 +602,6 @@ class Node:
         for stream in self._streams:
             stream.put(change)
         self.events.ownership(self.node_id, len(change.acquired), len(change.released), time.time())
-        self._ownership_moved.set()
-        self._ownership_moved = asyncio.Event()
         return results
 
     def _call(self, cb: Listener, partition: int, what: str) -> object:
