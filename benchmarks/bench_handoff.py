@@ -4,7 +4,7 @@
     PYTHONPATH=. python benchmarks/bench_handoff.py --partitions 4096
 
 ``batched``: what the node and the simulator do - the messages for one member go out in as few
-datagrams as fit (``handoff_wire.encode_many``) and the rules run once per datagram and once
+datagrams as fit (``wire.encode_many``) and the rules run once per datagram and once
 per group of finished releases. ``per-message``: one datagram and one run of the rules per
 message, the reference measured in the same run (what the node did before).
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from placement import PlacementTable, handoff_wire
-from placement.exclusive import ExclusiveConfig, Ownership, Release
+from ownership import ExclusiveConfig, Ownership, Release, wire
+from placement import PlacementTable
 
 
 def handoff(partitions: int, batched: bool) -> tuple[float, int, int]:
@@ -56,11 +56,11 @@ def handoff(partitions: int, batched: bool) -> tuple[float, int, int]:
                 for dst, msg in src.messages(t):
                     by_dst.setdefault(dst, []).append(msg)
                 for dst, msgs in by_dst.items():
-                    grams = (handoff_wire.encode_many(src.me, msgs) if batched
-                             else [handoff_wire.encode(src.me, m) for m in msgs])
+                    grams = (wire.encode_many(src.me, msgs) if batched
+                             else [wire.encode(src.me, m) for m in msgs])
                     for data in grams:
                         datagrams += 1
-                        decoded = handoff_wire.decode_many(data)
+                        decoded = wire.decode_many(data)
                         assert decoded is not None  # whole datagrams, just encoded
                         sender, got = decoded
                         nodes[dst].receive_many(sender, got, t)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from membership import MembershipConfig
+from ownership import ExclusiveConfig
 from placement import PlacementTable
-from placement.exclusive import ExclusiveConfig
 
 from . import invariants
 from .engine import Network, Simulation

@@ -16,7 +16,7 @@ import argparse
 import random
 from typing import Any
 
-from placement.quorum_lease import is_quorum
+from ownership.lease import is_quorum
 
 from .cluster import Cluster
 from .engine import InvariantViolation

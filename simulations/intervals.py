@@ -1,7 +1,7 @@
 """Exact ownership accounting: who owned which partition over which interval of simulated time.
 
 The sampled tally in ``metrics`` asks every node what it leads every 0.5 s, which misses short
-overlaps and cannot tell a 2 s drain from a 0.1 s one. Nodes that run ``placement.exclusive``
+overlaps and cannot tell a 2 s drain from a 0.1 s one. Nodes that run ``ownership.core``
 report every ``Acquired`` and ``Ended`` (with the time ownership really ended: after a freeze
 that is earlier than the moment the node noticed), and a crash ends all of a node's intervals at
 once. Dual ownership is then the measure of time where two intervals of one partition overlap,
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from placement.exclusive import Acquired, Ended, Release
+from ownership import Acquired, Ended, Release
 
 __all__ = ["OwnershipLog", "overlaps"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from placement.exclusive import Acquired, Ended
+from ownership import Acquired, Ended
 
 from .nodes import SwimNode
 

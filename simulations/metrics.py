@@ -170,7 +170,7 @@ class Recorder:
     # ------------------------------------------------------------------ exact: ownership intervals
 
     def ownership(self, node, action) -> None:
-        """An ownership action of a node running ``placement.exclusive`` (all of the run,
+        """An ownership action of a node running ``ownership.core`` (all of the run,
         warm-up included: an interval may start before measuring does)."""
         self.ownership_log.record(node.index, action, self.sim.now)
 

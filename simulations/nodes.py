@@ -27,8 +27,8 @@ import numpy as np
 
 from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
-from placement import PlacementTable, handoff_wire
-from placement.exclusive import Ended, ExclusiveConfig, Ownership, Release
+from ownership import Ended, ExclusiveConfig, Ownership, Release, wire
+from placement import PlacementTable
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
 
@@ -145,13 +145,13 @@ class SwimNode(Node):
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
                  on_ownership: Callable[[SwimNode, object], None] | None = None) -> None:
         super().__init__(sim, node_id, index, weight)
-        #: Exclusive ownership (``placement.exclusive``) when set; None: every node leads what
+        #: Exclusive ownership (``ownership.core``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).
         self.exclusive = exclusive
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
         self.own: Ownership | None = None
-        self._fragments = handoff_wire.Reassembler()
+        self._fragments = wire.Reassembler()
         self._view_dirty = False
         self._owned_version = 0
         self._swim_leave_started = False
@@ -189,7 +189,7 @@ class SwimNode(Node):
         self._swim_leave_started = False
         if self.exclusive is not None:
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds)
-            self._fragments = handoff_wire.Reassembler()  # a new process: nothing half-received
+            self._fragments = wire.Reassembler()  # a new process: nothing half-received
             self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
@@ -256,8 +256,8 @@ class SwimNode(Node):
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
         own = self.own
         if own is not None:
-            if data[:2] == handoff_wire.MAGIC:
-                decoded = handoff_wire.decode_many(data, reassembler=self._fragments)
+            if data[:2] == wire.MAGIC:
+                decoded = wire.decode_many(data, reassembler=self._fragments)
                 if decoded is not None:
                     own.receive_many(decoded[0], decoded[1], self.sim.now)
                 self._flush()
@@ -373,7 +373,7 @@ class SwimNode(Node):
         for dst, msgs in by_dst.items():
             node = sim.nodes.get(dst)
             if node is not None and node.addr is not None:
-                for data in handoff_wire.encode_many(self.node_id, msgs):
+                for data in wire.encode_many(self.node_id, msgs):
                     sim.send(self, data, node.addr)
         if self.leaving and own.left_ready:
             core = self.core

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from membership import MembershipConfig
-from placement.exclusive import ExclusiveConfig
+from ownership import ExclusiveConfig
 
 from .cluster import Cluster, SwimSystem
 from .engine import LinkModel, Network
@@ -196,7 +196,7 @@ def flapping(cluster: Cluster, duration_s: float, down_s: float = 8.0, period_s:
 # ---------------------------------------------------------------------------- systems
 
 def _swim(lifeguard: bool, exclusive: bool = False) -> Callable[[], Any]:
-    """SWIM + placement; ``exclusive``: ownership through ``placement.exclusive`` (handoffs,
+    """SWIM + placement; ``exclusive``: ownership through ``ownership.core`` (handoffs,
     quorum, fencing; not yet the default: splits still give two owners, docs/ownership.md)."""
     name = ("swim" if lifeguard else "swim-nolifeguard") + ("-exclusive" if exclusive else "")
     config = MembershipConfig(lifeguard=lifeguard)

@@ -7,7 +7,7 @@ every node *twice*, one after the other (A B C D E A B C D E), and an overlap co
 it is proven by the order of the answers (``overlaps``): X held partition p under the same
 fencing epoch in two answers, and another node said it owned p in an answer given strictly
 between them. The same epoch means the same grant (a member's epochs rise with every
-acquisition, ``placement.exclusive``), so X held p throughout, while the other did too.
+acquisition, ``ownership.core``), so X held p throughout, while the other did too.
 ``loose_overlaps`` counts what a single pass would have flagged, for the report only.
 """
 

@@ -1,4 +1,4 @@
-"""The exclusive-ownership core (placement.exclusive), driven by hand with explicit ``now``, and
+"""The exclusive-ownership core (ownership.core), driven by hand with explicit ``now``, and
 its rules run in the simulator with exact interval accounting (simulations.intervals)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ownership import Ended, ExclusiveConfig, Note, Ownership, Release
+from ownership.wire import decode, encode
 from placement import PlacementTable
-from placement.exclusive import Ended, ExclusiveConfig, Note, Ownership, Release
-from placement.handoff_wire import decode, encode
 from simulations.intervals import overlaps
 from simulations.scenarios import run_scenario
 
@@ -160,7 +160,7 @@ def test_no_partition_is_owned_twice(name: str) -> None:
 
 
 #: Seeds whose schedules gave two owners before stable views had a linear history (the
-#: witness-set change gap, closed by placement.stable_views), and seeds where a member frozen
+#: witness-set change gap, closed by ownership.views), and seeds where a member frozen
 #: past its lease was crashed, still frozen at the end, or declared dead while frozen (its
 #: ownership ends with its lease): kept as regression cases.
 WITNESS_GAP_SEEDS = (36, 45, 54, 78, 84)
@@ -217,7 +217,7 @@ def test_unsafe_lease_timing_is_refused() -> None:
 def test_a_lease_needs_a_witness_quorum_and_a_condemnation_outwaits_it() -> None:
     """Quorum lease by hand: 3 witnesses; the holder loses its lease without 2 of them, and a
     taker's proof that it stopped is never earlier than its lease's end."""
-    from placement.quorum_lease import QuorumLease
+    from ownership.lease import QuorumLease
 
     def lease(me: str) -> QuorumLease:
         q = QuorumLease(me, witnesses=3, lease_s=3.0, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0)
@@ -252,7 +252,7 @@ def test_a_lease_needs_a_witness_quorum_and_a_condemnation_outwaits_it() -> None
 
 
 def _witnesses(born: dict[str, float]):
-    from placement.quorum_lease import QuorumLease
+    from ownership.lease import QuorumLease
 
     def lease(me: str, now: float) -> QuorumLease:
         q = QuorumLease(me, witnesses=3, lease_s=3.0, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=now)
@@ -304,8 +304,8 @@ def test_a_taker_learns_every_fencing_epoch_the_dead_holder_may_have_used() -> N
 
 
 def test_a_big_handoff_travels_in_few_datagrams_and_round_trips():
-    from placement.exclusive import Message, NoteAck
-    from placement.handoff_wire import MAX_BODY, decode_many, encode_many
+    from ownership import Message, NoteAck
+    from ownership.wire import MAX_BODY, decode_many, encode_many
 
     msgs: list[Message] = [Note(p, 70_000 + p, {"offset": p}) if p % 2 else NoteAck(p, p) for p in range(3000)]
     datagrams = encode_many("n1", msgs, cluster="c")
@@ -340,7 +340,8 @@ def test_a_census_is_answered_only_for_what_the_member_neither_owns_nor_holds() 
     """Rule 10, the answering side: a member disowns a partition the asker leads only when it
     neither owns it nor holds a note for it, only in the asker's stable view, and gives up any
     right it kept silently; the answer carries an epoch above any it used."""
-    from placement.exclusive import Census, Disown, _Waiting
+    from ownership import Census, Disown
+    from ownership.core import _Waiting
 
     a, b, now = settled_pair()
     mine, theirs = min(a.owned), min(b.owned)
@@ -356,7 +357,7 @@ def test_a_census_is_answered_only_for_what_the_member_neither_owns_nor_holds() 
 
 
 def test_census_and_disown_round_trip_and_malformed_ones_are_dropped() -> None:
-    from placement.exclusive import CENSUS_BATCH, Census, Disown
+    from ownership import CENSUS_BATCH, Census, Disown
 
     for msg in (Census(4, (1, 2, 3)), Disown(4, (1, 2), (9, 9)), Disown(4, (), ())):
         assert decode(encode("n1", msg)) == ("n1", msg)

@@ -1,4 +1,4 @@
-"""Fragments of ownership messages larger than a datagram (placement.handoff_wire): a view of
+"""Fragments of ownership messages larger than a datagram (ownership.wire): a view of
 hundreds of members round-trips in any order; a lost fragment loses the message (never a wrong
 one); garbage and endless partial messages cost bounded memory and are counted."""
 
@@ -8,9 +8,9 @@ import random
 
 import msgpack
 
-from placement.exclusive import NoteAck
-from placement.handoff_wire import MAGIC, MAX_BODY, Reassembler, decode_many, encode_many
-from placement.stable_views import Decided
+from ownership import NoteAck
+from ownership.views import Decided
+from ownership.wire import MAGIC, MAX_BODY, Reassembler, decode_many, encode_many
 
 
 def big_view(n: int) -> Decided:

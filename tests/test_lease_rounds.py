@@ -10,7 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.quorum_lease import LeaseReq, QuorumLease, is_quorum
+from ownership.lease import LeaseReq, QuorumLease, is_quorum
 
 MEMBERS = [f"m{i}" for i in range(7)]
 LEASE_S, RENEW_S, RESEND_S = 3.0, 1.0, 0.5

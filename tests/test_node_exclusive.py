@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from membership import MembershipConfig
-from placement.exclusive import ExclusiveConfig
+from ownership import ExclusiveConfig
 from placement.service.http_api import create_app
 from placement.service.node import LeadershipLost, Node, NodeConfig
 
@@ -225,12 +225,11 @@ def test_handoff_datagrams_are_sealed_and_foreign_ones_dropped_and_counted():
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes))
         before = _status(first)["dropped"]
         # Forged: right format, no key. Garbage after the magic. Neither changes ownership.
-        from placement import handoff_wire
-        from placement.exclusive import Note
+        from ownership import Note, wire
 
         owned = first.owned_partitions()
         assert first._thread is not None
-        for data in (handoff_wire.encode("n2", Note(next(iter(owned)), 99)), b"\xc1P\x00\xff", b"\xc1P"):
+        for data in (wire.encode("n2", Note(next(iter(owned)), 99)), b"\xc1P\x00\xff", b"\xc1P"):
             await first._thread.call(first.member.datagram_received, data, second.member.bound)
         assert _status(first)["dropped"] == before + 3
         assert first.owned_partitions() == owned

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ownership import Acquired, ExclusiveConfig
+from ownership.core import _Owned
 from placement import PlacementTable
-from placement.exclusive import Acquired, ExclusiveConfig, _Owned
 from simulations.cluster import Cluster, SwimSystem
 from simulations.engine import InvariantViolation
 from simulations.nodes import SwimNode

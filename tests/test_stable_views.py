@@ -1,4 +1,4 @@
-"""The linear history of stable views (placement.stable_views): whatever the message order, loss,
+"""The linear history of stable views (ownership.views): whatever the message order, loss,
 duplication and competing proposers, no two members ever install different views under one
 number, and a witness that accepted a successor grants no lease under its view any more."""
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.quorum_lease import LeaseReq, QuorumLease
-from placement.stable_views import Decided, StableViews, View, ViewMessage, is_quorum, witnesses_of
+from ownership.lease import LeaseReq, QuorumLease
+from ownership.views import Decided, StableViews, View, ViewMessage, is_quorum, witnesses_of
 
 MEMBERS = ("a", "b", "c", "d", "e")
 
@@ -102,7 +102,7 @@ def test_a_witness_that_accepted_a_successor_grants_no_lease_under_the_old_view(
     v = w.views.view
     req = LeaseReq(1, 0, v.ck, num=v.num)
     assert w.on_request("b", req, 0.1).granted
-    from placement.stable_views import Accept
+    from ownership.views import Accept
 
     nxt = View.of(2, {"a": 1.0, "b": 1.0})
     w.views.receive("c", Accept(2, 1, v.ck, nxt.members, nxt.weights), 0.2)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from membership import Meta
 from membership.aio import Subscription, SubscriptionOverflow
 from membership.messages import Event, MemberEvent, MemberInfo
-from placement.ownership import OwnershipChange
+from placement.changes import OwnershipChange
 from placement.service.node import _ChangeStream
 
 owned_sets = st.lists(st.frozensets(st.integers(0, 15)), min_size=1, max_size=8)

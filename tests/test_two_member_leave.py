@@ -1,14 +1,14 @@
 """A two-member cluster where one member leaves gracefully: the other must end up owning every
 partition (issue 16 follow-up; in the simulator, with the exclusive-ownership cores).
 
-The hard case is the first witness leaving - the tie-breaker of ``quorum_lease.is_quorum``: the
+The hard case is the first witness leaving - the tie-breaker of ``lease.is_quorum``: the
 survivor alone holds one witness of two without the first, so it can neither renew its lease nor
 get a view without the leaver chosen. It owned nothing ever again (also with two `placement node`
 processes: nothing owned 120 s after the leave) until a leaving member got a stable view
 without itself chosen before announcing the leave (``Ownership.left_ready``).
 """
 
-from placement.quorum_lease import witnesses_of
+from ownership.lease import witnesses_of
 from simulations.scenarios import run_scenario
 
 P, DURATION_S, LEAVE_AT_S = 64, 40.0, 10.0

@@ -1,7 +1,7 @@
 """The service side: everything that does I/O around the pure placement code in ``placement``.
 
 ``node``            the composition root: gossip (``membership``) + placement + ownership cores
-``node_ownership``  drives the pure ownership cores (``placement.exclusive``) with the live view
+``node_ownership``  drives the pure ownership cores (``ownership.core``) with the live view
 ``node_thread``     gossip and leases on a thread of their own; ``node_sync`` its blocking API
 ``workers``         one task per owned partition (``--worker MODULE:NAME``)
 ``http_api``        the FastAPI app (``/v1/...``, ``/metrics``); ``guard`` its ownership check

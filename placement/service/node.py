@@ -14,7 +14,7 @@ same node for programs without asyncio.
 
 Ownership has two modes (``NodeConfig.ownership``):
 
-``"exclusive"`` (the default) runs the exclusive-ownership core (``placement.exclusive``, its
+``"exclusive"`` (the default) runs the exclusive-ownership core (``ownership.core``, its
 rules and guarantees in docs/ownership.md) through ``placement.service.node_ownership``: a partition is
 owned only under a quorum lease, moves by handoff (the old owner's ``released`` handler drains,
 may be ``async`` and returns a payload the new owner receives in ``grant(p).payload``), and a
@@ -71,10 +71,10 @@ from membership import (
 )
 from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
+from ownership import ExclusiveConfig
 
+from ..changes import OwnershipChange, diff, led_by
 from ..errors import InvalidConfigError, PlacementError
-from ..exclusive import ExclusiveConfig
-from ..ownership import OwnershipChange, diff, led_by
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable, TableConfig
 from .background import detach

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from membership.seeds import DnsSeed
+from ownership import ExclusiveConfig
 
 from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
-from ..exclusive import ExclusiveConfig
 from .node import Node, NodeConfig, read_key_file
 from .workers import PartitionProcessor, PartitionWorkers
 

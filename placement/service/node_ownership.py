@@ -1,4 +1,4 @@
-"""The exclusive-ownership core (``placement.exclusive``) run for real, inside a ``Node``.
+"""The exclusive-ownership core (``ownership.core``) run for real, inside a ``Node``.
 
 It runs on the node's membership thread (``placement.service.node_thread``), beside the gossip member, so
 lease renewals and witness answers go on while the application's loop is blocked; the
@@ -7,7 +7,7 @@ application's handlers run on the application's loop, reached through ``_Hooks``
 The rules live in the pure core; this module only carries them out, the way the simulator's
 ``SwimNode`` does under a simulated clock: it feeds the core the live view, the handoff
 datagrams and ``loop.time()``; it sends what the core asks for on the gossip socket (sealed
-with the gossip keys, ``placement.handoff_wire``); and it turns the core's actions into calls
+with the gossip keys, ``ownership.wire``); and it turns the core's actions into calls
 of the application's handlers:
 
 * ``Acquired`` -> the node's ``acquired`` handlers (with the fencing epoch and the previous
@@ -41,9 +41,8 @@ from typing import Any
 from membership import SUSPECT, MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
+from ownership import Acquired, Ended, ExclusiveConfig, Ownership, Release, wire
 
-from .. import handoff_wire
-from ..exclusive import Acquired, Ended, ExclusiveConfig, Ownership, Release
 from ..table import PlacementTable, TableConfig
 
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
@@ -112,11 +111,11 @@ class ExclusiveRunner:
         self._timer_at: float | None = None
         self._left = asyncio.Event()
         self.dropped: dict[str, int] = {"malformed": 0}
-        self._fragments = handoff_wire.Reassembler()  # views outgrow a datagram (~80 members)
+        self._fragments = wire.Reassembler()  # views outgrow a datagram (~80 members)
         self.sent = 0
         self.no_address = 0
         self.closed = False
-        member.add_channel(handoff_wire.MAGIC, self._datagram)
+        member.add_channel(wire.MAGIC, self._datagram)
 
     # ------------------------------------------------------------------ inputs
 
@@ -152,7 +151,7 @@ class ExclusiveRunner:
             task.cancel()
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        decoded = handoff_wire.decode_many(data, cluster=self._cluster, keyring=self._keyring,
+        decoded = wire.decode_many(data, cluster=self._cluster, keyring=self._keyring,
                                            reassembler=self._fragments)
         if decoded is None:
             self.dropped["malformed"] += 1  # garbage, another cluster, or not sealed with our keys
@@ -240,7 +239,7 @@ class ExclusiveRunner:
                 if addr is None:
                     self.no_address += 1  # not (yet) in our member list: resent while it matters
                     continue
-                for data in handoff_wire.encode_many(own.me, msgs, cluster=self._cluster, keyring=self._keyring):
+                for data in wire.encode_many(own.me, msgs, cluster=self._cluster, keyring=self._keyring):
                     self._member.send_datagram(data, addr)
                     self.sent += 1
         if own.left_ready:

@@ -11,13 +11,13 @@ into *ownership*. It takes the view, messages and ``now`` as inputs and returns 
 (``Acquired``, ``Release``, ``Ended``) and messages to send; it never reads a clock, so the node
 and the simulator run it unchanged. Rules (docs/ownership.md numbers them the same way):
 
-1. **A member owns only while it holds a quorum lease** (``placement.quorum_lease``): a majority
+1. **A member owns only while it holds a quorum lease** (``ownership.lease``): a majority
    of the witnesses of the last stable view confirmed it within ``lease_s``, counted from when
    it sent the request. A member that cannot show that - cut off, on the losing side of a split,
    frozen, condemned - starts releasing ``fence_drain_s`` before its lease runs out, and its
    ownership ends when the lease does (``Ended.at`` is then the lease's end even if it noticed
    later: the worker API checks ``valid_until`` before each unit of work). The next stable view
-   is *chosen* by the witnesses of the current one (``placement.stable_views``); a member
+   is *chosen* by the witnesses of the current one (``ownership.views``); a member
    proposes its view once it settled, while holding a lease, if it keeps a majority of the
    current witnesses.
 
@@ -79,147 +79,26 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .quorum_lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, witnesses_of
-from .table import PlacementTable
+from placement.table import PlacementTable
 
-__all__ = [
-    "ExclusiveConfig", "Ownership", "Acquired", "Release", "Ended", "Note", "NoteAck", "Redirect", "Query",
-    "Census", "Disown", "Action", "Message",
-]
+from .config import ExclusiveConfig
+from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, witnesses_of
+from .messages import (
+    CENSUS_BATCH,
+    Acquired,
+    Action,
+    Census,
+    Disown,
+    Ended,
+    Message,
+    Note,
+    NoteAck,
+    Query,
+    Redirect,
+    Release,
+)
 
-
-@dataclass(frozen=True)
-class ExclusiveConfig:
-    """Timing of the ownership rules (module docstring). Units in the names."""
-
-    #: Longest a graceful release may drain before ownership ends anyway.
-    handoff_timeout_s: float = 5.0
-    #: A takeover from a dead holder waits at least this long after the death is known.
-    takeover_grace_s: float = 0.25
-    #: A member whose lease is about to end starts releasing this long before it does.
-    fence_drain_s: float = 1.0
-    #: Length of a lease, from the sending of the renewal a witness quorum granted.
-    lease_s: float = 3.0
-    #: Leases are renewed this often (two renewals fit in a lease, so one lost round is harmless).
-    renew_s: float = 1.0
-    #: Witnesses per stable view (a majority of them must grant a lease).
-    witnesses: int = 5
-    #: The view must be unchanged, without suspects, this long to become the stable view.
-    stable_after_s: float = 2.0
-    #: The driver is asked to call in at least this often (``get_timer``) while a rule that
-    #: depends on time may fire; in the steady state only when the lease's timers are due.
-    tick_s: float = 0.25
-    #: Unacknowledged notes, redirects and queries are resent this often.
-    resend_s: float = 0.5
-    #: Waiting this long for a partition from a live holder: ask it (``Query``).
-    query_after_s: float = 8.0
-    #: Bound on the relative clock *rate* difference between members (1e-3 = 1 ms/s; quartz
-    #: oscillators are specified at 20-100 ppm). No synchronised wall clock is assumed.
-    max_drift: float = 1e-3
-
-    def __post_init__(self) -> None:
-        for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "lease_s", "renew_s",
-                     "stable_after_s", "tick_s", "resend_s", "query_after_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not 0 <= self.max_drift < 0.1:
-            raise ValueError(f"max_drift must be in [0, 0.1), got {self.max_drift!r}")
-        if type(self.witnesses) is not int or not 1 <= self.witnesses <= 15:
-            raise ValueError(f"witnesses must be an integer in 1..15, got {self.witnesses!r}")
-        if self.renew_s + self.fence_drain_s >= self.lease_s:
-            raise ValueError("need renew_s + fence_drain_s < lease_s, or a healthy member would fence "
-                             "itself between two renewals")
-
-
-# ----------------------------------------------------------------------------- outputs
-
-@dataclass(frozen=True)
-class Acquired:
-    """Start processing ``partition``: fencing ``epoch``, the previous owner's ``payload``."""
-    partition: int
-    epoch: int
-    payload: Any
-    at: float
-
-
-@dataclass(frozen=True)
-class Release:
-    """Stop processing ``partition``: drain, then call ``Ownership.release_done`` before
-    ``deadline`` (after it, ownership ends anyway). ``reason``: moved, fenced, leaving."""
-    partition: int
-    deadline: float
-    reason: str
-    at: float
-
-
-@dataclass(frozen=True)
-class Ended:
-    """Ownership of ``partition`` ended at ``at`` (earlier than now when the lease ran out
-    while the process was frozen)."""
-    partition: int
-    epoch: int
-    at: float
-    timed_out: bool = False
-
-
-Action = Acquired | Release | Ended
-
-
-@dataclass(frozen=True)
-class Note:
-    """The sender stopped owning ``partition`` at ``epoch``; the receiver may acquire it, but only
-    under stable view ``view``, the sender's when it sent the note (rule 9)."""
-    partition: int
-    epoch: int
-    payload: Any = None
-    view: int = 0
-
-
-@dataclass(frozen=True)
-class NoteAck:
-    partition: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Redirect:
-    """The sender does not hold ``partition``: it waits for ``holder`` (the receiver itself:
-    nobody holds it)."""
-    partition: int
-    holder: str
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Query:
-    """Do you hold ``partition``, or whom do you wait for?"""
-    partition: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Census:
-    """Rule 10: the sender leads ``partitions`` in stable view ``view`` and has waited for them
-    in vain: does the receiver own or hold any of them?"""
-    view: int
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Disown:
-    """Answer to a ``Census`` in stable view ``view``: the sender neither owns nor holds these
-    ``partitions`` (and gave up any right it kept to them); ``epochs``: for each, an epoch at
-    least as high as any it used or saw for it."""
-    view: int
-    partitions: tuple[int, ...]
-    epochs: tuple[int, ...]
-
-
-Message = Note | NoteAck | Redirect | Query | Census | Disown | LeaseMessage
-
-#: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
-CENSUS_BATCH = 2048
+__all__ = ["Ownership", "Counters"]
 
 
 # ----------------------------------------------------------------------------- state
@@ -621,7 +500,7 @@ class Ownership:
             self._restart_seen_at = self._now
 
     def _maybe_propose(self, now: float) -> None:
-        """Propose the view as the next stable view (``placement.stable_views``): unchanged
+        """Propose the view as the next stable view (``ownership.views``): unchanged
         ``stable_after_s``, nobody suspect, while holding a lease, and only if it keeps a quorum
         of the current witnesses (Akka's "a new decision needs a majority of the last stable
         view", at the witness level). A member a witness told that a successor is pending

@@ -5,7 +5,7 @@ Theory of operation
 ===================
 
 The *stable view* S is a numbered set of members with their weights, chosen by the witnesses
-of the view before it (``placement.stable_views``). Its *witnesses* W(S) are the ``k`` members
+of the view before it (``ownership.views``). Its *witnesses* W(S) are the ``k`` members
 of S that rank highest by a fixed hash of their id (rendezvous: adding or removing one member
 changes at most one witness). A set Q of witnesses is a *quorum* when it holds more than half
 of W(S), or exactly half including the first witness: two quorums always share a witness.
@@ -17,14 +17,14 @@ below, only that a quorum granted). A witness grants it when its own stable view
 member was not *condemned* at that generation, and remembers when it last granted. When a
 quorum granted round ``seq``, the member's lease runs to ``send_time(seq) + lease_s`` on its
 own clock - counted from when it *sent* the request, so time in flight only shortens it. A
-member without a valid lease owns nothing (``placement.exclusive``): a member cut off from a
+member without a valid lease owns nothing (``ownership.core``): a member cut off from a
 witness quorum, frozen, or on the losing side of a split stops by itself within ``lease_s``.
 
 Condemnation. Before a member takes over the partitions of a holder H it believes dead, it asks
 the witnesses of its S to condemn H. A witness then refuses H every generation it has seen so
 far, and answers how long ago (``age``, its clock) it last granted H. Received at local time R,
 that answer proves H's lease ended by R + lease_s (1 + rho) / (1 - rho) - age, with clock
-*rates* within 1 +- rho (module ``placement.exclusive``: ``max_drift``), because H's last granted
+*rates* within 1 +- rho (module ``ownership.core``: ``max_drift``), because H's last granted
 request was sent before the grant and H stops ``lease_s`` after sending it. H's lease needed a
 quorum and so did the condemnation: they share a witness. Taking the worst answer of the quorum
 that gives the earliest bound, the taker waits until then. This needs no bound on message delay
@@ -57,12 +57,12 @@ it. Epochs of a partition therefore rise across crash takeovers too, under the s
 one-witness-set assumption as the lease itself; a witness that restarted forgets reserves (its
 "no grant since my start" makes waiting safe, not epochs monotonic).
 
-Stable views and their witness sets form one linear history (``placement.stable_views``): view
+Stable views and their witness sets form one linear history (``ownership.views``): view
 n+1 is chosen by a quorum of W(n), and a witness that accepted a successor of its view grants
 nothing more under it. A member that adopts view n+1 keeps its ownership only if its lease was
 granted under view n (a *step*); any other adoption (a *jump* over a view it never held, or a
 second step on a lease of an older view) first drops everything it owns (``installs``, acted
-on by ``placement.exclusive``). So every lease under a view older than n+1 ends within
+on by ``ownership.core``). So every lease under a view older than n+1 ends within
 ``lease_s (1+rho)/(1-rho)`` of learning n+1 (``learned_at``), whatever the witness sets were.
 """
 
@@ -74,7 +74,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .stable_views import (
+from .views import (
     Accept,
     Accepted,
     Decided,
@@ -180,13 +180,13 @@ class QuorumLease:
         self.renew_s = renew_s
         self.resend_s = resend_s
         self.stretch = (1 + max_drift) / (1 - max_drift)
-        #: The linear history of stable views (``placement.stable_views``). A restarted process
+        #: The linear history of stable views (``ownership.views``). A restarted process
         #: takes no part in choosing views for ``quiet_s`` (it forgot its promises): one whose
         #: first view already names it (a new member learns its first view before it is in it).
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed)
         self._quiet_s = quiet_s
-        #: Views installed and not yet acted on by the owner (``placement.exclusive``).
+        #: Views installed and not yet acted on by the owner (``ownership.core``).
         self.installs: list[Install] = []
         self.learned_at = now  # when the installed view was learned
         self.lease_num = 0  # the view the latest quorum grant (``valid_until``) was made under
@@ -271,7 +271,7 @@ class QuorumLease:
         self.views.install(View.of(self.num + 1, weighted), self._born if now is None else now)
 
     def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
-        """Propose ``weighted`` as the next stable view (``placement.stable_views``)."""
+        """Propose ``weighted`` as the next stable view (``ownership.views``)."""
         self.help_choose = False
         self.views.propose(weighted, now, rank)
         self._flush_self(now)
@@ -515,7 +515,7 @@ class QuorumLease:
                               v.weights if ahead else ())
         if nonce or self.views.pending:
             # Condemned; or a successor of this view is accepted here, so no lease under it may
-            # be granted any more (``placement.stable_views``, point 3).
+            # be granted any more (``ownership.views``, point 3).
             self.requests_refused += 1
             return LeaseReply(req.seq, v.ck, False, nonce, num=v.num, pending=self.views.pending)
         self._last_grant[src] = now

@@ -5,8 +5,8 @@ view (sans-I/O: messages and ``now`` in, messages out).
 Theory of operation
 ===================
 
-Why. Ownership (``placement.exclusive``) is computed from the *stable view*, and leases
-(``placement.quorum_lease``) are granted by the witnesses of the stable view. When every member
+Why. Ownership (``ownership.core``) is computed from the *stable view*, and leases
+(``ownership.lease``) are granted by the witnesses of the stable view. When every member
 adopted its own settled view as the next stable view, two members could, for a moment, hold
 different successors of one view, with different witness sets whose majorities need not share
 a member; each could then prove a dead holder stopped and take the same partition (the
@@ -18,7 +18,7 @@ configurations: configuration c+1 is decided by configuration c. Here:
 2. The successor of view n is chosen among the witnesses W(n) of view n by single-decree Paxos
    (Lamport, "Paxos Made Simple", 2001): phase 1 ``Prepare``/``Promise`` with ballots
    ``(round, proposer id)``, phase 2 ``Accept``/``Accepted``; a value is chosen once a quorum
-   of W(n) (``quorum_lease.is_quorum``) accepted it in one ballot. Two quorums of W(n) share a
+   of W(n) (``lease.is_quorum``) accepted it in one ballot. Two quorums of W(n) share a
    witness, so at most one successor of n is ever chosen. The proposer then installs it and
    tells every member of both views (``Decided``); lease replies and later ``Prepare`` answers
    carry it too, so everyone learns it.

@@ -1,4 +1,4 @@
-"""Datagram form of the ownership messages (``placement.exclusive``, ``placement.quorum_lease``):
+"""Datagram form of the ownership messages (``ownership.core``, ``ownership.lease``):
 msgpack, strictly checked.
 
 A datagram starts with ``MAGIC`` (membership datagrams start with ``b"SW"``), so one UDP port
@@ -11,8 +11,8 @@ sealed with AES-GCM, ``MAGIC`` as associated data, exactly as gossip is: a proce
 key can neither read nor forge a note, lease grant or condemnation, and a sealed datagram sent
 to a member with other keys (or none) is dropped. Replays of a captured datagram are harmless
 to the rules: notes are consumed once per (sender, partition, epoch) and a note older than the
-epoch the receiver knows is refused (``placement.exclusive``); lease replies answer one
-request sequence number only (``placement.quorum_lease``).
+epoch the receiver knows is refused (``ownership.core``); lease replies answer one
+request sequence number only (``ownership.lease``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import msgpack
 
-from .exclusive import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, Query, Redirect
-from .quorum_lease import Condemn, CondemnReply, LeaseReply, LeaseReq
-from .stable_views import Accept, Accepted, Decided, Prepare, Promise
+from .lease import Condemn, CondemnReply, LeaseReply, LeaseReq
+from .messages import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, Query, Redirect
+from .views import Accept, Accepted, Decided, Prepare, Promise
 
 __all__ = ["MAGIC", "encode", "encode_many", "decode", "decode_many", "Reassembler"]
 

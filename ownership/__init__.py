@@ -1,0 +1,40 @@
+"""Exclusive ownership: each partition has one owner at a time, with no lease store.
+
+Sans-I/O, like ``membership``: the state machines take messages and ``now`` and return what to
+send and what to do; none reads a clock, opens a socket or uses global randomness, so the node
+(``placement.service.node_ownership``) and the simulator (``simulations.nodes``) run the very same
+code. The rules, what they guarantee and under which assumptions: docs/ownership.md.
+
+``views``     the numbered stable views, each chosen by the witnesses of the one before (Paxos)
+``lease``     the quorum lease from those witnesses, condemnation, fencing-epoch reserves
+``core``      ``Ownership``: handoffs, takeovers, taking back, the census (rules 1-10)
+``messages``  the core's actions (``Acquired``, ``Release``, ``Ended``) and handoff messages
+``config``    ``ExclusiveConfig``, the rules' timing
+``wire``      the datagram form of every ownership message (fragments, optional AES-GCM)
+
+Layers: ``ownership`` uses the placement math (``placement.table``) and nothing of the service;
+``placement.service`` and ``simulations`` drive it.
+"""
+
+from .config import ExclusiveConfig
+from .core import Counters, Ownership
+from .messages import (
+    CENSUS_BATCH,
+    Acquired,
+    Action,
+    Census,
+    Disown,
+    Ended,
+    Message,
+    Note,
+    NoteAck,
+    Query,
+    Redirect,
+    Release,
+)
+
+__all__ = [
+    "ExclusiveConfig", "Ownership", "Counters",
+    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "Redirect", "Query", "Census", "Disown", "Message",
+    "CENSUS_BATCH",
+]

@@ -1,0 +1,57 @@
+"""Timing of the exclusive-ownership rules (``ownership.core``), with units in the names.
+
+The relations between them that the safety argument needs (``renew_s + fence_drain_s <
+lease_s``; a bound on clock-rate drift) are checked here, so a bad setting is refused at start,
+not discovered as a fenced member (docs/ownership.md, "What is guaranteed").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["ExclusiveConfig"]
+
+
+@dataclass(frozen=True)
+class ExclusiveConfig:
+    """Timing of the ownership rules (module docstring). Units in the names."""
+
+    #: Longest a graceful release may drain before ownership ends anyway.
+    handoff_timeout_s: float = 5.0
+    #: A takeover from a dead holder waits at least this long after the death is known.
+    takeover_grace_s: float = 0.25
+    #: A member whose lease is about to end starts releasing this long before it does.
+    fence_drain_s: float = 1.0
+    #: Length of a lease, from the sending of the renewal a witness quorum granted.
+    lease_s: float = 3.0
+    #: Leases are renewed this often (two renewals fit in a lease, so one lost round is harmless).
+    renew_s: float = 1.0
+    #: Witnesses per stable view (a majority of them must grant a lease).
+    witnesses: int = 5
+    #: The view must be unchanged, without suspects, this long to become the stable view.
+    stable_after_s: float = 2.0
+    #: The driver is asked to call in at least this often (``get_timer``) while a rule that
+    #: depends on time may fire; in the steady state only when the lease's timers are due.
+    tick_s: float = 0.25
+    #: Unacknowledged notes, redirects and queries are resent this often.
+    resend_s: float = 0.5
+    #: Waiting this long for a partition from a live holder: ask it (``Query``).
+    query_after_s: float = 8.0
+    #: Bound on the relative clock *rate* difference between members (1e-3 = 1 ms/s; quartz
+    #: oscillators are specified at 20-100 ppm). No synchronised wall clock is assumed.
+    max_drift: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "lease_s", "renew_s",
+                     "stable_after_s", "tick_s", "resend_s", "query_after_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not 0 <= self.max_drift < 0.1:
+            raise ValueError(f"max_drift must be in [0, 0.1), got {self.max_drift!r}")
+        if type(self.witnesses) is not int or not 1 <= self.witnesses <= 15:
+            raise ValueError(f"witnesses must be an integer in 1..15, got {self.witnesses!r}")
+        if self.renew_s + self.fence_drain_s >= self.lease_s:
+            raise ValueError("need renew_s + fence_drain_s < lease_s, or a healthy member would fence "
+                             "itself between two renewals")

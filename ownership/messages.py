@@ -1,0 +1,108 @@
+"""What the ownership core (``ownership.core``) says: the actions it asks its driver to carry
+out (``Acquired``, ``Release``, ``Ended``) and the messages members exchange for handoffs,
+queries and the census (rules 3, 5, 6 and 10 of docs/ownership.md). The lease and view messages
+are ``ownership.lease``'s and ``ownership.views``'s; ``Message`` is the union the wire carries
+(``ownership.wire``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .lease import LeaseMessage
+
+__all__ = [
+    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "Redirect", "Query", "Census", "Disown", "Message",
+    "CENSUS_BATCH",
+]
+
+
+# ----------------------------------------------------------------------------- outputs
+
+@dataclass(frozen=True)
+class Acquired:
+    """Start processing ``partition``: fencing ``epoch``, the previous owner's ``payload``."""
+    partition: int
+    epoch: int
+    payload: Any
+    at: float
+
+
+@dataclass(frozen=True)
+class Release:
+    """Stop processing ``partition``: drain, then call ``Ownership.release_done`` before
+    ``deadline`` (after it, ownership ends anyway). ``reason``: moved, fenced, leaving."""
+    partition: int
+    deadline: float
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Ownership of ``partition`` ended at ``at`` (earlier than now when the lease ran out
+    while the process was frozen)."""
+    partition: int
+    epoch: int
+    at: float
+    timed_out: bool = False
+
+
+Action = Acquired | Release | Ended
+
+
+@dataclass(frozen=True)
+class Note:
+    """The sender stopped owning ``partition`` at ``epoch``; the receiver may acquire it, but only
+    under stable view ``view``, the sender's when it sent the note (rule 9)."""
+    partition: int
+    epoch: int
+    payload: Any = None
+    view: int = 0
+
+
+@dataclass(frozen=True)
+class NoteAck:
+    partition: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """The sender does not hold ``partition``: it waits for ``holder`` (the receiver itself:
+    nobody holds it)."""
+    partition: int
+    holder: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Query:
+    """Do you hold ``partition``, or whom do you wait for?"""
+    partition: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Census:
+    """Rule 10: the sender leads ``partitions`` in stable view ``view`` and has waited for them
+    in vain: does the receiver own or hold any of them?"""
+    view: int
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Disown:
+    """Answer to a ``Census`` in stable view ``view``: the sender neither owns nor holds these
+    ``partitions`` (and gave up any right it kept to them); ``epochs``: for each, an epoch at
+    least as high as any it used or saw for it."""
+    view: int
+    partitions: tuple[int, ...]
+    epochs: tuple[int, ...]
+
+
+Message = Note | NoteAck | Redirect | Query | Census | Disown | LeaseMessage
+
+#: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
+CENSUS_BATCH = 2048
