@@ -2,6 +2,7 @@
 
     placement simulate --list
     placement simulate crash-one --nodes 64 --duration 60 --seed 3 --out out/crash
+    placement simulate split --system swim  # the availability-first mode: two owners in a split
     placement simulate stalls --system swim-nolifeguard --param fraction=0.2
     placement simulate loss --duration 600 --json           # every metric, machine-readable
     placement simulate compare --out docs   # the comparison table of docs/simulations.md
@@ -53,8 +54,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=argtypes.positive_float, help="simulated seconds measured after warm-up")
     p.add_argument("--seed", type=argtypes.integer(), default=1, help="run seed: same seed, same run (default 1)")
     p.add_argument("--loss", type=argtypes.loss_rate, help="packet loss rate on every link, in [0, 1), e.g. 0.05")
-    p.add_argument("--system", default="swim",
-                   help="swim (default), swim-nolifeguard, eventhubs, durabletask, redis-race")
+    p.add_argument("--system", default="swim-exclusive",
+                   help="swim-exclusive (default, as a node's default: exclusive ownership), swim (the "
+                        "availability-first mode, a node's --ownership available), swim-nolifeguard (the "
+                        "same on plain SWIM), eventhubs, durabletask, redis-race (the lease baselines)")
     p.add_argument("--no-lifeguard", action="store_true", help="same as --system swim-nolifeguard")
     p.add_argument("--partitions", type=argtypes.partitions, default=1024, help="partition count (default 1024)")
     p.add_argument("--replicas", type=argtypes.replicas, default=1, help="replicas per partition (default 1)")

@@ -196,8 +196,9 @@ def flapping(cluster: Cluster, duration_s: float, down_s: float = 8.0, period_s:
 # ---------------------------------------------------------------------------- systems
 
 def _swim(lifeguard: bool, exclusive: bool = False) -> Callable[[], Any]:
-    """SWIM + placement; ``exclusive``: ownership through ``ownership.core`` (handoffs,
-    quorum, fencing; not yet the default: splits still give two owners, docs/ownership.md)."""
+    """SWIM + placement; ``exclusive``: ownership through ``ownership.core`` (handoffs, quorum
+    leases, fencing: the node's default and ``placement simulate``'s); otherwise the
+    availability-first mode (a node's ``--ownership available``: two owners during splits)."""
     name = ("swim" if lifeguard else "swim-nolifeguard") + ("-exclusive" if exclusive else "")
     config = MembershipConfig(lifeguard=lifeguard)
     rules = ExclusiveConfig() if exclusive else None

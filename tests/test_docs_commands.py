@@ -119,7 +119,7 @@ def check_list(out: str, home: Path) -> None:
 
 
 def check_crash_out(out: str, home: Path) -> None:  # "metrics.json + PNGs"
-    rows = simulate_summary(out, "crash-one on swim, 64 nodes, 60 simulated s, seed 3")
+    rows = simulate_summary(out, "crash-one on swim-exclusive, 64 nodes, 60 simulated s, seed 3")
     assert rows["detection"].endswith("(n=1); 0 crashes undetected"), rows
     written = {p.name for p in (home / "out" / "crash").iterdir()}
     assert written == {"metrics.json", "series.json", "membership.png", "detection.png", "moved.png", "balance.png",
@@ -143,15 +143,21 @@ def check_eventhubs(out: str, home: Path) -> None:
     assert rows["detection"].startswith("n/a") and rows["takeover"].endswith("(n=1)"), rows
 
 
-def check_split_loss(out: str, home: Path) -> None:
+def check_available_split(out: str, home: Path) -> None:  # "the availability-first mode: ... two owners"
     rows = simulate_summary(out, "split on swim, 16 nodes")
+    dual = float(rows["ownership gaps"].split()[0].replace(",", ""))
+    assert dual > 1000, rows
+
+
+def check_split_loss(out: str, home: Path) -> None:
+    rows = simulate_summary(out, "split on swim-exclusive, 16 nodes")
     assert rows["run"].endswith("(split_s=30, fraction=0.5)") and rows["network"].startswith("loss 2.0%"), rows
 
 
 def check_split_cores(out: str, home: Path) -> None:
     """Every invariant, every core's own check included, held after every step: a violation
     would have ended the run with an error instead of the summary."""
-    simulate_summary(out, "split on swim, 16 nodes")
+    simulate_summary(out, "split on swim-exclusive, 16 nodes")
 
 
 def documented_table(path: Path, header_start: str) -> list[str]:
@@ -176,7 +182,8 @@ FAST: dict[str, Callable[[str, Path], None]] = {
     "placement demo": check_demo,
     "placement simulate --list": check_list,
     "placement simulate crash-one --nodes 64 --duration 60 --seed 3 --out out/crash": check_crash_out,
-    "placement simulate split --system swim-exclusive": check_exclusive_split,
+    "placement simulate split": check_exclusive_split,
+    "placement simulate split --system swim": check_available_split,
     "placement simulate stalls --nodes 32 --no-lifeguard": check_plain_swim,
     "placement simulate crash-one --system eventhubs --partitions 256": check_eventhubs,
     "placement simulate split --param split_s=30 --loss 0.02": check_split_loss,
@@ -212,7 +219,7 @@ _STANDALONE = ("tests/test_spark_standalone.py::test_output_mode_on_executors_py
 COVERED: dict[str, tuple[str, ...]] = {
     "python -m simulations.fuzz_ownership --seeds 0:40":
         ("tests/test_exclusive.py::test_random_fault_schedules_never_give_two_owners_and_end_with_every_partition_owned",),
-    "PYTHONPATH=build/mypyc placement simulate loss --nodes 256 --duration 3600":
+    "PYTHONPATH=build/mypyc placement simulate loss --nodes 256 --duration 3600 --system swim":
         ("tests/test_sim_engine.py::test_every_scenario_runs_small",),  # (the loss scenario, small)
     "placement spark-route --input items.csv --key-column key --members members.json --output out/by-owner":
         ("tests/test_spark_route.py::test_owner_columns_equal_the_library_row_for_row",  # items.csv
