@@ -7,7 +7,7 @@ availability-first ``swim`` beside it for dual ownership (sampled every 0.5 s).
     PYTHONPATH=. .venv/bin/python benchmarks/bench_ownership.py --nodes 128 --duration 60 --only \\
         join-one leave crash-one freeze split
 
-Prints one markdown row per scenario (the table in docs/ownership.md and BENCHMARKS.md).
+Prints one markdown row per scenario (the table in docs/ownership.md and docs/benchmarks-log.md).
 ``--seeds A:B`` runs each chosen scenario over many seeds and prints one summary row each.
 """
 

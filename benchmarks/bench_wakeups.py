@@ -4,8 +4,8 @@
     PYTHONPATH=. .venv/bin/python benchmarks/bench_wakeups.py --root /work/wt-base --n 16
 
 Why: on this project's test machine (a Firecracker VM) each wake-up of an idle thread costs
-~240 us of CPU, so an idle node's CPU is mostly how often its threads wake (BENCHMARKS.md, "Idle
-CPU side by side with Serf"). ``bench_serf.py`` gives the totals against Serf; this says which
+~240 us of CPU, so an idle node's CPU is mostly how often its threads wake (docs/benchmarks-log.md,
+"Idle CPU side by side with Serf"). ``bench_serf.py`` gives the totals against Serf; this says which
 thread wakes how often. It starts, and waits for, N nodes exactly as ``bench_serf.py``'s
 ``node`` variant does (its ``Cluster``: ``--partitions 4096 --replicas 2 --work-sink``,
 exclusive ownership, converged and every partition owned on one stable view), lets

@@ -104,9 +104,9 @@ class Member:
     datagram, timer or API call the driver handed the core, once what it queued was sent and the
     timer re-armed. Work the owner must do now and then can ride on these wake-ups (at least one
     a probe period while in a cluster) instead of a timer of its own: on the project's test
-    machine each wake-up of an idle thread costs ~240 us of CPU (BENCHMARKS.md, "Idle CPU side by
-    side with Serf, third pass"). It runs for every datagram, so it must be cheap; an exception
-    is logged and the member carries on.
+    machine each wake-up of an idle thread costs ~240 us of CPU (docs/benchmarks-log.md, "Idle CPU
+    side by side with Serf, third pass"). It runs for every datagram, so it must be cheap; an
+    exception is logged and the member carries on.
     """
 
     def __init__(self, core: Swim, loop: asyncio.AbstractEventLoop, sock: socket.socket,

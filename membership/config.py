@@ -87,8 +87,8 @@ class MembershipConfig:
     #: memberlist. The rest of each budget rides on probes and acks. The first round after a
     #: quiet spell crosses the cluster at network speed (every receiver's round is due at once);
     #: the later ones mostly reach members that know already. Measured at N=256, a crash every
-    #: 20 s, 128 kills (BENCHMARKS.md): 4.05 -> 2.90 datagrams/member/s with dead-everywhere p50
-    #: 4.65 s (4.62 s before), p99 5.61 s (5.64 s); 3 rounds for a death: 3.03 and a shorter
+    #: 20 s, 128 kills (docs/benchmarks-log.md, "Lighter gossip"): 4.05 -> 2.90 datagrams/member/s
+    #: with dead-everywhere p50 4.65 s (4.62 s before), p99 5.61 s (5.64 s); 3 rounds for a death: 3.03 and a shorter
     #: tail for the last member to hear (max 3.37 s after the first suspicion instead of 3.74).
     suspect_push_rounds: int = 1
     dead_push_rounds: int = 2

@@ -153,7 +153,7 @@ class Dissemination:
         of rounds (every receiver that was quiet gossips at once, SWIM section 4 / Demers et al.
         1987: the infected set grows about fanout + 1 times per hop); the later rounds mostly
         reach members that know it already. At N=256 with a crash every 20 s, pushing whole
-        budgets cost 1.85 gossip datagrams per member per second (issue 14, BENCHMARKS.md).
+        budgets cost 1.85 gossip datagrams per member per second (issue 14, docs/benchmarks-log.md).
         With nothing left to push no round is due until a new update is queued (``_queue``)."""
         view = self._view
         cfg = self.config

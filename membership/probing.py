@@ -124,7 +124,7 @@ class Prober:
         current probe is answered (the usual case), else when it ends. Why at once: waiting
         for our next period cost half a period on average, and the confirmation then came
         after the suspicion's gossip rounds had ended, so it needed rounds of its own; at N=256
-        starting at once cut late confirmations by a third (issue 14, BENCHMARKS.md). The
+        starting at once cut late confirmations by a third (issue 14, docs/benchmarks-log.md). The
         answered probe loses nothing; our schedule restarts from now."""
         self.probe_next.append(node_id)
         probe = self.probe

@@ -7,7 +7,7 @@ iteration, and has no way to hand on ancillary data. The kernel's receive time
 stalled without waking up to check: a datagram that waited in the socket's buffer longer than
 ``loop_lag_threshold_s`` was read by a loop that could not run. A periodic check (the driver's
 former 10 Hz callback) cost as much CPU as the rest of an idle member (issue 14 item 1:
-BENCHMARKS.md, "Idle CPU ... third pass"). Where the kernel does not stamp datagrams
+docs/benchmarks-log.md, "Idle CPU ... third pass"). Where the kernel does not stamp datagrams
 (``UdpSocket.stamped`` is False) the driver falls back to that periodic check.
 
 What a stall delays is either a datagram (now stamped) or a timer (the driver knows when it was

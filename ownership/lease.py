@@ -379,8 +379,8 @@ class QuorumLease:
         a take-back verdict shares a witness with it - never on which witnesses were asked.
         Asking 3 of 5 instead of 5 cuts a witness's load from N to about 3N/5 requests a second,
         and a member's replies from 5 to 3 (issue 14 item 1: on this project's test machine
-        each wake-up of an idle process costs ~240 us; BENCHMARKS.md, "Idle CPU ... fourth
-        pass"); Cassandra's reads at QUORUM likewise contact only as many replicas as the
+        each wake-up of an idle process costs ~240 us; docs/benchmarks-log.md, "Idle CPU ...
+        fourth pass"); Cassandra's reads at QUORUM likewise contact only as many replicas as the
         quorum needs, and others when one is slow. Anything unusual widens the round to every
         witness (``_widen``): no quorum by ``resend_s``/2, or any refusal - a condemnation, a
         successor view pending, a witness behind - so what one witness refuses for, the others

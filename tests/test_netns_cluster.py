@@ -143,7 +143,7 @@ def test_after_the_heal_every_partition_is_owned_as_placed_again(cluster):
     healed = cluster.healed_at
     if healed is None:
         pytest.fail("the split test did not get to its heal")
-    # Failed in every run before the handoff-cost fix of 2026-11-23 (BENCHMARKS.md).
+    # Failed in every run before the handoff-cost fix of 2026-11-23 (docs/benchmarks-log.md).
     try:
         r = cluster.settled(timeout_s=25)
     finally:

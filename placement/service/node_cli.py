@@ -257,8 +257,8 @@ class DateHeader:
 
     uvicorn adds the header from a value its ``main_loop`` refreshes on a timer (once a second,
     on a loop that wakes ten times a second); the node's server has no such tick (an idle
-    node's application loop wakes for nothing: BENCHMARKS.md, "Idle CPU side by side with Serf,
-    fifth pass"), so it runs with ``date_header=False`` and the header is made here, when a
+    node's application loop wakes for nothing: docs/benchmarks-log.md, "Idle CPU side by side
+    with Serf, fifth pass"), so it runs with ``date_header=False`` and the header is made here, when a
     response starts: ``email.utils.formatdate(usegmt=True)`` of the whole second, as uvicorn
     formats it (RFC 9110's IMF-fixdate), computed once per second. A response that has a Date
     of its own keeps it. ``clock``: seconds since the epoch (tests give their own).

@@ -267,7 +267,7 @@ class AppLoopLag:
     Why no timer: the application loop of an idle ``placement node`` woke twice a second for
     this gauge's 0.5 s timer and uvicorn's tick; on this project's test machine (a Firecracker
     VM) every wake-up of an idle thread costs ~240 us of CPU, about as much as an idle gossip
-    member's other work (BENCHMARKS.md, "Idle CPU side by side with Serf", third to fifth
+    member's other work (docs/benchmarks-log.md, "Idle CPU side by side with Serf", third to fifth
     passes). Before that the gauge was a probe posted from the membership thread, which woke
     both threads. The timer also saw a block shorter than its interval only by chance.
 
