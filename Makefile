@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean jvm sim-fast
+.PHONY: run test test-quick bench clean jvm sim-fast
 
 # A JDK (not only a JRE): Spark runs on it, and javac builds the JVM key hash (spark_jobs/jvm).
 $(STAMP): pyproject.toml
@@ -32,6 +32,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The inner loop: all but the tests marked slow (real processes, Spark clusters, the documented
+# commands) and netns (hosts in network namespaces). `make test`, which CI runs, runs them all.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not netns"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_placement.py
