@@ -98,7 +98,8 @@ by a network partition merge after it heals.
 
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
-keyring is dropped and counted in ``stats["dropped_<reason>"]``; ``receive_datagram`` never
+keyring is dropped and counted in ``stats["dropped_<reason>"]`` (replays only with keys: see
+"Forged datagrams" below); ``receive_datagram`` never
 raises and never applies part of an invalid datagram. A datagram we cannot read for its keys
 or protocol version is answered with a notice saying why (``wire.py``; ``joining.py``).
 
@@ -322,7 +323,11 @@ class Swim:
             self._drop("from_self")
             self._conflicts.from_our_id(env, addr, now)
             return
-        if not self._replay.check_and_record(env.sender, env.epoch, env.seq):
+        # Replays are dropped only with keys: without them nothing authenticates (sender, epoch,
+        # seq), and a stranger who sent one envelope with a member's epoch and a huge seq made
+        # every later datagram of that member "replayed" (issue 31). Keyless, a replayed
+        # datagram does nothing a forged one could not, and SWIM's messages are idempotent.
+        if self.keyring.enabled and not self._replay.check_and_record(env.sender, env.epoch, env.seq):
             self._drop("replayed")
             return
         if self._view.leaving:

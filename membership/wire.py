@@ -15,7 +15,10 @@ pre-encoded, know their exact size and pack as many as fit under the MTU into on
 
 ``epoch`` is random per core instance and ``seq`` counts datagrams; together they let the
 receiver drop replayed datagrams (``ReplayFilter``; a 64-datagram sliding window as in IPsec).
-Replay protection is only meaningful with encryption, which authenticates the envelope.
+Replay protection is only meaningful with encryption, which authenticates the envelope, so the
+core consults the filter only then: without keys a stranger can put any (sender, epoch, seq)
+in an envelope, and one with a member's real epoch and a huge seq made every later datagram
+of that member look replayed (issue 31).
 
 A notice tells the sender of a datagram we could not read why (other keys, no keys, another
 protocol version): a joiner with the wrong keys learns so instead of hearing nothing. It is
