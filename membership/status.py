@@ -38,6 +38,7 @@ from typing import Final, Literal
 __all__ = [
     "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "STATUSES", "LIVE_STATUSES",
     "JOINED", "UPDATED", "EVENT_KINDS", "PRECEDENCE", "ALIVE_MARGIN_MIN", "supersedes",
+    "INCARNATION_MAX", "INCARNATION_SOFT_MAX", "INCARNATION_STEP_MAX", "bounded_incarnation",
 ]
 
 #: A member's status in a view. ``alive`` and ``suspect`` are live (a suspect keeps its
@@ -87,3 +88,29 @@ def supersedes(update: Status, incarnation: int, held: Status, held_incarnation:
     ``held_incarnation``, by ``PRECEDENCE``."""
     need = PRECEDENCE[update][held]
     return need is not None and incarnation - held_incarnation >= need
+
+
+#: Incarnations travel as unsigned 64-bit integers: a member whose incarnation reached this
+#: can refute nothing any more (it cannot go higher).
+INCARNATION_MAX: Final = 2**64 - 1
+#: Honest incarnations stay far below this: they start at 0 or at Unix seconds (about 2**31)
+#: and rise by one per refutation or metadata change.
+INCARNATION_SOFT_MAX: Final = 2**63 - 1
+#: Above ``INCARNATION_SOFT_MAX`` an update raises a record by at most this much.
+INCARNATION_STEP_MAX: Final = 2**32
+
+
+def bounded_incarnation(incarnation: int, held: int) -> int:
+    """The incarnation an update naming ``incarnation`` is applied at, over a record held at
+    ``held`` (ours, or another member's).
+
+    Without keys a stranger can gossip any incarnation (issue 31). One naming the maximum made
+    its subject unable to refute ever again (refuting needs one more, and the wire holds no
+    more), and its refutation raised ``OverflowError``. Up to ``INCARNATION_SOFT_MAX`` updates
+    apply as named, so a member outbids any forged value there in one refutation; above it a
+    record rises by at most ``INCARNATION_STEP_MAX`` per update, so exhausting a member's
+    incarnations takes about 2**31 forged updates instead of one. Honest traffic never gets
+    there: this changes nothing for it."""
+    if incarnation <= INCARNATION_SOFT_MAX:
+        return incarnation
+    return min(incarnation, max(INCARNATION_SOFT_MAX, held + INCARNATION_STEP_MAX))

@@ -15,9 +15,11 @@ late timer or a reported loop stall; see ``core.py``, "Lifeguard").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter, deque
+from typing import TypeVar
 
 from .awareness import Awareness
 from .config import MembershipConfig
@@ -29,18 +31,23 @@ from .status import (
     ALIVE,
     ALIVE_MARGIN_MIN,
     DEAD,
+    INCARNATION_MAX,
+    INCARNATION_SOFT_MAX,
     JOINED,
     LEFT,
     SUSPECT,
     UPDATED,
     EventKind,
     Status,
+    bounded_incarnation,
     supersedes,
 )
 from .suspicion import Suspicion
 from .view import Member, View
 
 __all__ = ["Updates"]
+
+_Update = TypeVar("_Update", Alive, Suspect, Dead)
 
 
 class Updates:
@@ -85,6 +92,8 @@ class Updates:
         view = self._view
         if msg.node == self.node_id:
             me = view.me
+            if msg.incarnation > INCARNATION_SOFT_MAX:
+                msg = _at(msg, bounded_incarnation(msg.incarnation, me.incarnation))
             # (We hold ourselves alive: a member that left handles no gossip.)
             if supersedes(ALIVE, msg.incarnation, ALIVE, me.incarnation) or (
                     msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
@@ -95,13 +104,18 @@ class Updates:
             return
         m = view.members.get(msg.node)
         if m is None:
+            if msg.incarnation > INCARNATION_SOFT_MAX:
+                msg = _at(msg, bounded_incarnation(msg.incarnation, 0))
             m = Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             view.add(m)
             self._set_changed(m, JOINED, now)
             self._out.broadcast(msg)
             return
-        if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN \
-                or not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
+        if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN:
+            return
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            msg = _at(msg, bounded_incarnation(msg.incarnation, m.incarnation))
+        if not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
             return
         if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
             self._conflicts.address_claim(msg, m, now)
@@ -124,6 +138,9 @@ class Updates:
         self._out.broadcast(msg)
 
     def on_suspect(self, msg: Suspect, now: float) -> None:
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            held = self._view.members.get(msg.node)
+            msg = _at(msg, bounded_incarnation(msg.incarnation, held.incarnation if held is not None else 0))
         if msg.node == self.node_id:
             if supersedes(SUSPECT, msg.incarnation, ALIVE, self._view.me.incarnation):
                 self.refute(msg.incarnation)
@@ -159,6 +176,9 @@ class Updates:
             self.on_suspect(Suspect(msg.node, msg.incarnation, synced_by), now)
             return
         view = self._view
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            held = view.members.get(msg.node)
+            msg = _at(msg, bounded_incarnation(msg.incarnation, held.incarnation if held is not None else 0))
         if msg.node == self.node_id:
             if supersedes(update, msg.incarnation, ALIVE, view.me.incarnation):
                 if not leaving and not view.leaving:  # an old leave of ours is no accusation
@@ -270,9 +290,18 @@ class Updates:
     def bump_incarnation(self, at_least: int) -> None:
         """Raise our incarnation above ``at_least`` and gossip our ``Alive``."""
         me = self._view.me
-        me.incarnation = max(me.incarnation, at_least) + 1
+        if me.incarnation >= INCARNATION_MAX:
+            # Nothing to outbid with: only forged updates get here (``bounded_incarnation``).
+            self._stats["incarnation_exhausted"] += 1
+            return
+        me.incarnation = min(max(me.incarnation, at_least) + 1, INCARNATION_MAX)
         self._view.live_changed(me)
         self._out.broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
     def _set_changed(self, m: Member, kind: EventKind, now: float) -> None:
         self._events.append(MemberEvent(kind, m.info(), now))
+
+
+def _at(msg: _Update, incarnation: int) -> _Update:
+    """``msg`` at another incarnation (``bounded_incarnation``): applied and passed on so."""
+    return msg if incarnation == msg.incarnation else dataclasses.replace(msg, incarnation=incarnation)
