@@ -151,15 +151,39 @@ class Joiner:
             if isinstance(msg, Refuse):
                 if self._view.had_peer or self._view.leaving:
                     self._stats["refusals_ignored"] += 1
+                elif addr not in self.seeds and not self._keyring.enabled:
+                    # Keyless, and we sent no join there: a stranger's forgery (or a seed
+                    # answering from another address). It does not stop us; the next
+                    # JoinAttempt says so. (With keys a refusal comes from a key holder.)
+                    self._stats["refusals_ignored"] += 1
+                    if self.next_join_at is not None:
+                        self._join_heard[addr] = f"refused us, but we did not contact it: {msg.reason}"[:512]
                 else:
                     self._events.append(JoinRefused(addr, msg.reason, now))
             elif isinstance(msg, PushPull) and msg.reply and self._out.may_reply_push_pull(addr, msg.sync_id, now):
-                if name_differs:
-                    what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
-                else:
-                    what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
-                reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
-                          "start it with the cluster's values")[:512]  # wire limit for texts
-                self._stats["joins_refused"] += 1
-                self._events.append(RefusedPeer(addr, env.sender, reason, now))
-                self._out.send(addr, [self._out.codec.encode_message(Refuse(reason))], piggyback=False)
+                self._refuse(env, addr, name_differs, now)
+
+    def _refuse(self, env: Envelope, addr: Addr, name_differs: bool, now: float) -> None:
+        """Answer a join from another cluster, or with other settings, with ``Refuse``.
+
+        Our ``RefusedPeer`` names both sides' values. With keys the refusal does too (it is
+        encrypted: only a key holder reads it). Without keys it names only the joiner's value
+        and goes out in an anonymous envelope (``Codec.seal_anonymous``): anyone can send a
+        join, and our cluster name, settings, id and epoch are what a stranger needs to forge
+        gossip that our members accept (issue 31). The operator of the joiner learns which
+        value to fix; the cluster's own value is in the cluster's logs (``RefusedPeer``)."""
+        if name_differs:
+            what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
+        else:
+            what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
+        full = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
+                "start it with the cluster's values")[:512]  # wire limit for texts
+        self._stats["joins_refused"] += 1
+        self._events.append(RefusedPeer(addr, env.sender, full, now))
+        codec = self._out.codec
+        if self._keyring.enabled:
+            self._out.send(addr, [codec.encode_message(Refuse(full))], piggyback=False)
+            return
+        told = (f"{what}: the member at {self.advertise[0]}:{self.advertise[1]} does not have {theirs!r}; "
+                "start it with the cluster's values (ask its operator)")[:512]
+        self._out.emit(codec.seal_anonymous([codec.encode_message(Refuse(told))]), addr)

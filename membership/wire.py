@@ -248,6 +248,7 @@ class Codec:
         # packing the whole list would (a third of seal's cost, once per datagram).
         self._envelope_head = packer.pack_array_header(6) + b"".join(
             map(packer.pack, (cluster, settings, sender, epoch)))
+        self._anonymous_head = packer.pack_array_header(6) + b"".join(map(packer.pack, ("", "", "-", 0, 0)))
 
     # --- sending ---
 
@@ -273,6 +274,15 @@ class Codec:
             envelope = b"".join((self._envelope_head, pack(self._seq), pack(blobs)))
             return _PREFIX_ENCRYPTED + self.keyring.seal(_PREFIX_ENCRYPTED, envelope)
         return b"".join((_PREFIX_PLAIN, self._envelope_head, pack(self._seq), pack(blobs)))
+
+    def seal_anonymous(self, blobs: Sequence[bytes]) -> bytes:
+        """A keyless datagram that tells nothing about us: no cluster name, no settings, the
+        sender id ``"-"``, epoch and seq 0. Refusals to strangers go out so (``joining.py``):
+        without keys the envelope is all a stranger reads, and ours named what it needs to
+        forge gossip that members accept (issue 31)."""
+        assert not self.keyring.enabled, "with keys, seal() hides the envelope"
+        pack = self._pack
+        return b"".join((_PREFIX_PLAIN, self._anonymous_head, pack(blobs)))
 
     # --- receiving ---
 
