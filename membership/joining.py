@@ -114,14 +114,16 @@ class Joiner:
         We tell its sender why (a notice; never in answer to a notice, so never a loop). A
         joiner keeps what it hears from its seeds for the next ``JoinAttempt``. A notice stops
         a joiner (``JoinRefused``) only if it holds no keys - then everything it receives is
-        unauthenticated anyway - and only when it says the cluster encrypts or speaks another
-        protocol version; a member with keys never lets an unauthenticated datagram stop it."""
+        unauthenticated anyway -, only when it comes from a seed we contacted (a stranger's
+        forgery from elsewhere must not stop a joiner; issue 31) and only when it says the
+        cluster encrypts or speaks another protocol version; a member with keys never lets an
+        unauthenticated datagram stop it."""
         if isinstance(drop, Notice):
             hint = _NOTICE_HINTS[drop.about].format(theirs=drop.version, ours=PROTOCOL_VERSION)
             if self.next_join_at is None:
                 return
             self._join_heard[addr] = hint
-            if not self._keyring.enabled and not self._view.had_peer \
+            if not self._keyring.enabled and not self._view.had_peer and addr in self.seeds \
                     and drop.about in ("unencrypted", "unknown_version"):
                 self._events.append(JoinRefused(addr, f"the member at {addr[0]}:{addr[1]}: {hint}; start this "
                                                       "node with the cluster's gossip keys and version", now))

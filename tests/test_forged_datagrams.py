@@ -363,3 +363,13 @@ def test_bounded_incarnation_lets_honest_values_through_and_steps_above_the_soft
     assert bounded_incarnation(U64, SOFT) == SOFT + STEP  # and then a step per update
     assert bounded_incarnation(SOFT + 3, SOFT) == SOFT + 3
     assert bounded_incarnation(U64, U64 - 1) == U64
+
+
+def test_a_forged_notice_from_an_address_we_did_not_contact_does_not_stop_a_joiner():
+    from membership.wire import encode_notice
+    net = MembershipSim(4)
+    net.add("n0")
+    joiner = net.add("n1", seeds=["n0"])
+    Stranger(net).send("n1", encode_notice("unencrypted"))
+    assert not [e for e in joiner.events if isinstance(e, JoinRefused)]
+    assert net.run_until_true(lambda: whole(net, ("n0", "n1")), 10.0)
