@@ -99,9 +99,24 @@ by a network partition merge after it heals.
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
 keyring is dropped and counted in ``stats["dropped_<reason>"]`` (replays only with keys: see
-"Forged datagrams" below); ``receive_datagram`` never
-raises and never applies part of an invalid datagram. A datagram we cannot read for its keys
-or protocol version is answered with a notice saying why (``wire.py``; ``joining.py``).
+"Forged datagrams" below); ``receive_datagram`` never raises and never applies part of an
+invalid datagram. A datagram we cannot read for its keys or protocol version is answered with
+a notice saying why (``wire.py``; ``joining.py``).
+
+Forged datagrams (issue 31). Without keys nothing authenticates a datagram: anyone who can
+send us UDP can gossip in any member's name. What we guarantee is that nothing such a datagram
+carries does lasting damage that honest traffic cannot repair. The replay filter, which
+authenticates nothing without keys and was poisoned by one envelope with a member's epoch and a
+huge seq, is used only with keys; an incarnation above ``INCARNATION_SOFT_MAX`` moves a record
+by at most ``INCARNATION_STEP_MAX`` per update (``status.bounded_incarnation``), so no single
+update leaves a member unable to refute; a refusal to a stranger is anonymous and a keyless
+joiner stops only on a refusal or notice from a seed it contacted (``joining.py``); a member
+that holds a member as left and gets its ping says so, so a forged leave is refuted within a
+probe. What stays possible without keys (tests/test_forged_datagrams.py measures each): a
+forged ``Dead`` kills its subject at the members that get it until the refutation arrives
+(about one gossip round), and makes the subject report ``DeclaredDead``; a forged ``Suspect``
+or ``Alive`` is refuted as SWIM intends; a stranger who knows the cluster name can join, read
+the full state, and add members that are removed only when their suspicion runs out.
 
 Layout
 ======
