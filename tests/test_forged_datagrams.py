@@ -375,3 +375,17 @@ def test_a_forged_notice_from_an_address_we_did_not_contact_does_not_stop_a_join
     Stranger(net).send("n1", encode_notice("unencrypted"))
     assert not [e for e in joiner.events if isinstance(e, JoinRefused)]
     assert net.run_until_true(lambda: whole(net, ("n0", "n1")), 10.0)
+
+
+def test_a_datagram_forged_in_a_members_own_name_makes_it_report_an_id_conflict_once_a_minute():
+    # A limitation keyless gossip cannot lift (README, "Gossip without --key-file"): a datagram
+    # with a member's own id and another epoch is how a twin process shows itself, so a forged
+    # one is reported as a twin (a node is then not ready for a while). Bounded: once a minute,
+    # and nothing else changes.
+    from membership import IdConflict
+    net, stranger = cluster()
+    for i in range(5):
+        stranger.send("n1", stranger.craft([], sender="n1", epoch=3, seq=1 + i))
+        net.run_for(5.0)
+    assert len([e for e in net.nodes["n1"].events if isinstance(e, IdConflict)]) == 1
+    assert deaths(net, IDS) == [] and whole(net, IDS)
