@@ -107,9 +107,9 @@ Forged datagrams (issue 31). Without keys nothing authenticates a datagram: anyo
 send us UDP can gossip in any member's name. What we guarantee is that nothing such a datagram
 carries does lasting damage that honest traffic cannot repair. The replay filter, which
 authenticates nothing without keys and was poisoned by one envelope with a member's epoch and a
-huge seq, is used only with keys; an incarnation above ``INCARNATION_SOFT_MAX`` moves a record
-by at most ``INCARNATION_STEP_MAX`` per update (``status.bounded_incarnation``), so no single
-update leaves a member unable to refute; a refusal to a stranger is anonymous and a keyless
+huge seq, is used only with keys; above ``INCARNATION_SOFT_MAX`` an update moves a record by
+one, or by up to ``INCARNATION_STEP_MAX`` once a second (``status.bounded_incarnation``), so no
+flood of updates leaves a member unable to refute; a refusal to a stranger is anonymous and a keyless
 joiner stops only on a refusal or notice from a seed it contacted (``joining.py``); a member
 that holds a member as left and gets its ping says so, so a forged leave is refuted within a
 probe. What stays possible without keys (tests/test_forged_datagrams.py measures each): a

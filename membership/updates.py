@@ -33,6 +33,7 @@ from .status import (
     DEAD,
     INCARNATION_MAX,
     INCARNATION_SOFT_MAX,
+    INCARNATION_STEP_INTERVAL_S,
     JOINED,
     LEFT,
     SUSPECT,
@@ -61,6 +62,7 @@ class Updates:
         "_prober",
         "_rng",
         "_stats",
+        "_stepped_at",
         "_view",
         "config",
         "node_id",
@@ -85,6 +87,9 @@ class Updates:
         self._events = events
         self._stats = stats
         self._rng = rng
+        #: When a member's record (ours included) last took a step above the soft maximum
+        #: (``status.bounded_incarnation``): only forged updates put anything here.
+        self._stepped_at: dict[str, float] = {}
 
     # ------------------------------------------------------------------ updates
 
@@ -93,7 +98,7 @@ class Updates:
         if msg.node == self.node_id:
             me = view.me
             if msg.incarnation > INCARNATION_SOFT_MAX:
-                msg = _at(msg, bounded_incarnation(msg.incarnation, me.incarnation))
+                msg = self._bounded(msg, me.incarnation, now)
             # (We hold ourselves alive: a member that left handles no gossip.)
             if supersedes(ALIVE, msg.incarnation, ALIVE, me.incarnation) or (
                     msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
@@ -105,7 +110,7 @@ class Updates:
         m = view.members.get(msg.node)
         if m is None:
             if msg.incarnation > INCARNATION_SOFT_MAX:
-                msg = _at(msg, bounded_incarnation(msg.incarnation, 0))
+                msg = self._bounded(msg, 0, now)
             m = Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             view.add(m)
             self._set_changed(m, JOINED, now)
@@ -114,7 +119,7 @@ class Updates:
         if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN:
             return
         if msg.incarnation > INCARNATION_SOFT_MAX:
-            msg = _at(msg, bounded_incarnation(msg.incarnation, m.incarnation))
+            msg = self._bounded(msg, m.incarnation, now)
         if not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
             return
         if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
@@ -140,7 +145,7 @@ class Updates:
     def on_suspect(self, msg: Suspect, now: float) -> None:
         if msg.incarnation > INCARNATION_SOFT_MAX:
             held = self._view.members.get(msg.node)
-            msg = _at(msg, bounded_incarnation(msg.incarnation, held.incarnation if held is not None else 0))
+            msg = self._bounded(msg, held.incarnation if held is not None else 0, now)
         if msg.node == self.node_id:
             if supersedes(SUSPECT, msg.incarnation, ALIVE, self._view.me.incarnation):
                 self.refute(msg.incarnation)
@@ -178,7 +183,7 @@ class Updates:
         view = self._view
         if msg.incarnation > INCARNATION_SOFT_MAX:
             held = view.members.get(msg.node)
-            msg = _at(msg, bounded_incarnation(msg.incarnation, held.incarnation if held is not None else 0))
+            msg = self._bounded(msg, held.incarnation if held is not None else 0, now)
         if msg.node == self.node_id:
             if supersedes(update, msg.incarnation, ALIVE, view.me.incarnation):
                 if not leaving and not view.leaving:  # an old leave of ours is no accusation
@@ -298,10 +303,21 @@ class Updates:
         self._view.live_changed(me)
         self._out.broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
+    def _bounded(self, msg: _Update, held: int, now: float) -> _Update:
+        """``msg`` at the incarnation ``bounded_incarnation`` allows over ``held`` (only for
+        incarnations above the soft maximum: never on honest traffic)."""
+        stepped = self._stepped_at
+        may_step = now - stepped.get(msg.node, -math.inf) >= INCARNATION_STEP_INTERVAL_S
+        incarnation = bounded_incarnation(msg.incarnation, held, may_step)
+        if incarnation > max(INCARNATION_SOFT_MAX, held + 1):
+            if len(stepped) >= 4096:
+                stepped.clear()
+            stepped[msg.node] = now
+        if incarnation == msg.incarnation:
+            return msg
+        self._stats["incarnations_bounded"] += 1
+        return dataclasses.replace(msg, incarnation=incarnation)
+
     def _set_changed(self, m: Member, kind: EventKind, now: float) -> None:
         self._events.append(MemberEvent(kind, m.info(), now))
 
-
-def _at(msg: _Update, incarnation: int) -> _Update:
-    """``msg`` at another incarnation (``bounded_incarnation``): applied and passed on so."""
-    return msg if incarnation == msg.incarnation else dataclasses.replace(msg, incarnation=incarnation)

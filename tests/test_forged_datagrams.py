@@ -365,6 +365,26 @@ def test_bounded_incarnation_lets_honest_values_through_and_steps_above_the_soft
     assert bounded_incarnation(U64, SOFT) == SOFT + STEP  # and then a step per update
     assert bounded_incarnation(SOFT + 3, SOFT) == SOFT + 3
     assert bounded_incarnation(U64, U64 - 1) == U64
+    assert bounded_incarnation(U64, SOFT + 7, may_step=False) == SOFT + 8  # one at a time meanwhile
+    assert bounded_incarnation(U64, 5, may_step=False) == SOFT
+
+
+def test_a_flood_of_forged_incarnations_moves_a_member_by_one_step_a_second():
+    # 400 accusations at the top in each datagram, 50 datagrams in 5 s, to every member: the
+    # victim's incarnation rises by one per update and by a step at most once a second, so
+    # exhausting it would take 2**31 s; and the cluster stays whole throughout.
+    from membership.status import INCARNATION_SOFT_MAX as SOFT
+    from membership.status import INCARNATION_STEP_MAX as STEP
+    net, stranger = cluster()
+    for k in range(50):
+        for i, b in enumerate(IDS):
+            stranger.send(b, stranger.craft([Suspect("n1", U64, "n2")] * 400, sender="n9", epoch=3,
+                                            seq=1 + 3 * k + i))
+        net.run_for(0.1)
+    assert net.run_until_true(lambda: whole(net, IDS), 10.0)
+    assert _current(net, "n1") <= SOFT + 6 * STEP + 3 * 50 * 400 + 10
+    net.run_for(20.0)
+    assert deaths(net, IDS) == [] and whole(net, IDS)
 
 
 def test_a_forged_notice_from_an_address_we_did_not_contact_does_not_stop_a_joiner():
