@@ -186,6 +186,6 @@ class Joiner:
         if self._keyring.enabled:
             self._out.send(addr, [codec.encode_message(Refuse(full))], piggyback=False)
             return
-        told = (f"{what}: the member at {self.advertise[0]}:{self.advertise[1]} does not have {theirs!r}; "
-                "start it with the cluster's values (ask its operator)")[:512]
+        told = (f"{what}: this cluster does not have {theirs!r}; start it with the cluster's values "
+                "(the members' logs name them)")[:512]
         self._out.emit(codec.seal_anonymous([codec.encode_message(Refuse(told))]), addr)
