@@ -181,7 +181,8 @@ _WINDOW_MASK = (1 << _WINDOW) - 1
 
 
 class ReplayFilter:
-    """Drops datagrams whose (sender, epoch, seq) was already seen or is too old.
+    """Drops datagrams whose (sender, epoch, seq) was already seen or is too old. The core
+    uses it only with keys: any envelope can name any (sender, epoch, seq) without them.
 
     Per sender: the newest epoch seen, the highest seq and a 64-bit bitmap of the seqs below
     it (sliding window as in RFC 4303 section 3.4.3). A new epoch (the sender restarted) resets
