@@ -166,26 +166,24 @@ class Joiner:
                 self._refuse(env, addr, name_differs, now)
 
     def _refuse(self, env: Envelope, addr: Addr, name_differs: bool, now: float) -> None:
-        """Answer a join from another cluster, or with other settings, with ``Refuse``.
+        """Answer a join from another cluster, or with other settings, with ``Refuse`` naming
+        both sides' values (the joiner's operator needs ours to fix its config).
 
-        Our ``RefusedPeer`` names both sides' values. With keys the refusal does too (it is
-        encrypted: only a key holder reads it). Without keys it names only the joiner's value
-        and goes out in an anonymous envelope (``Codec.seal_anonymous``): anyone can send a
-        join, and our cluster name, settings, id and epoch are what a stranger needs to forge
-        gossip that our members accept (issue 31). The operator of the joiner learns which
-        value to fix; the cluster's own value is in the cluster's logs (``RefusedPeer``)."""
+        Without keys the refusal goes out in an anonymous envelope (``Codec.seal_anonymous``):
+        anyone can send a join, and the issue-31 attack read the member's epoch from the
+        envelope of its refusal. The values themselves are no secret without keys (every
+        datagram carries them in clear, and a refused stranger needs them as much as a
+        misconfigured member): nothing in the core relies on them being unknown."""
         if name_differs:
             what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
         else:
             what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
-        full = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
-                "start it with the cluster's values")[:512]  # wire limit for texts
+        reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
+                  "start it with the cluster's values")[:512]  # wire limit for texts
         self._stats["joins_refused"] += 1
-        self._events.append(RefusedPeer(addr, env.sender, full, now))
+        self._events.append(RefusedPeer(addr, env.sender, reason, now))
         codec = self._out.codec
         if self._keyring.enabled:
-            self._out.send(addr, [codec.encode_message(Refuse(full))], piggyback=False)
-            return
-        told = (f"{what}: this cluster does not have {theirs!r}; start it with the cluster's values "
-                "(the members' logs name them)")[:512]
-        self._out.emit(codec.seal_anonymous([codec.encode_message(Refuse(told))]), addr)
+            self._out.send(addr, [codec.encode_message(Refuse(reason))], piggyback=False)
+        else:
+            self._out.emit(codec.seal_anonymous([codec.encode_message(Refuse(reason))]), addr)
