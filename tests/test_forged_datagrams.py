@@ -328,6 +328,18 @@ def test_forged_joins_with_member_ids_change_nothing():
     assert all(net.nodes[o].core.member(a).addr == net.nodes[a].addr for o in IDS for a in IDS)
 
 
+def test_a_forged_join_carrying_deaths_only_raises_suspicions_that_are_refuted():
+    # Full state is applied with ``dead`` as ``suspect`` (memberlist's mergeState): a join that
+    # says every member is dead, at the top incarnation, kills no one.
+    net, stranger = cluster()
+    state = [PushPull(5, True)] + [Dead(a, U64, "ghost") for a in IDS]
+    for i, b in enumerate(IDS):
+        stranger.send(b, stranger.craft(state, sender="ghost", epoch=9, seq=1 + i))
+    assert net.run_until_true(lambda: whole(net, IDS), 5.0)
+    net.run_for(30.0)
+    assert deaths(net, IDS) == [] and whole(net, IDS)
+
+
 def test_a_forged_refusal_does_not_stop_a_member():
     net, stranger = cluster()
     for i, b in enumerate(IDS):
