@@ -132,10 +132,15 @@ def test_the_six_datagrams_of_the_issue_do_not_split_the_cluster():
     net, stranger = cluster()
     learned = learn_epochs_by_refusal(net, stranger)
     assert len(stranger.heard) == 3  # each member answered the stranger's join with a refusal
-    # Whatever the refusals told (nothing usable, since the fix): forge with it.
-    epochs = {a: learned[a][2] for a in learned if a in IDS}
-    where = {"cluster": "default", "settings": ""}
-    poison(stranger, epochs, 2**63, **where)
+    # The refusals' envelopes named the members' epochs (the issue); they no longer do, so the
+    # stranger takes what the ack to a ping with the cluster's (default) name tells instead.
+    epochs = {a: e for a, (e, _) in learn_epochs_by_ping(net, stranger).items()}
+    epochs.update({a: learned[a][2] for a in learned if a in IDS})
+    assert set(epochs) == set(IDS)
+    dropped = {i: net.nodes[i].core.stats["dropped"] for i in IDS}
+    poison(stranger, epochs, 2**63)  # six datagrams
+    # read as valid (nothing dropped them): they just no longer decide anything
+    assert {i: net.nodes[i].core.stats["dropped"] for i in IDS} == dropped
     net.run_for(40.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
@@ -228,10 +233,12 @@ def _current(net: MembershipSim, node_id: str) -> int:
 @pytest.mark.parametrize("incarnation", ["current", 2**32, 2**63, U64])
 def test_a_forged_suspicion_is_refuted_and_never_becomes_a_death(incarnation):
     net, stranger = cluster()
+    before = _current(net, "n1")
     inc = _current(net, "n1") if incarnation == "current" else incarnation
     for i, b in enumerate(IDS):
         stranger.send(b, stranger.craft([Suspect("n1", inc, "n2")], sender="n9", epoch=3, seq=1 + i))
     assert net.run_until_true(lambda: whole(net, IDS), 10.0)
+    assert _current(net, "n1") > before  # the forgery landed: the victim had to outbid it
     net.run_for(30.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
@@ -245,10 +252,12 @@ def test_a_forged_death_is_refuted_and_the_member_can_refute_again(incarnation):
     # refutation arrives. What must hold: it comes back everywhere, within a few gossip rounds,
     # and a forgery at the top of the incarnation range does not leave it unable to refute.
     net, stranger = cluster()
+    before = _current(net, "n1")
     inc = _current(net, "n1") if incarnation == "current" else incarnation
     for i, b in enumerate(IDS):
         stranger.send(b, stranger.craft([Dead("n1", inc, "n2")], sender="n9", epoch=3, seq=1 + i))
     assert net.run_until_true(lambda: whole(net, IDS), 5.0)
+    assert _current(net, "n1") > before  # the forgery landed: the victim had to outbid it
     net.run_for(30.0)
     assert whole(net, IDS)
     assert {s for _, s, _ in deaths(net, IDS)} <= {"n1"}
@@ -262,12 +271,14 @@ def test_a_forged_death_is_refuted_and_the_member_can_refute_again(incarnation):
 @pytest.mark.parametrize("incarnation", ["current", U64])
 def test_a_forged_leave_is_refuted(incarnation):
     net, stranger = cluster()
+    before = _current(net, "n1")
     inc = _current(net, "n1") if incarnation == "current" else incarnation
     for i, b in enumerate(("n0", "n2")):  # the victim itself does not get it
         stranger.send(b, stranger.craft([Dead("n1", inc, "n1")], sender="n1", epoch=3, seq=1 + i))
     # The victim still probes the others, and a member it probes that holds it as left says so
     # in the ack: refuted within a probe period or so (anti-entropy alone took up to 4 s).
     assert net.run_until_true(lambda: whole(net, IDS), 2.0)
+    assert _current(net, "n1") > before  # the forgery landed: the victim had to outbid it
     net.run_for(30.0)
     assert whole(net, IDS)
 
@@ -275,11 +286,13 @@ def test_a_forged_leave_is_refuted(incarnation):
 @pytest.mark.parametrize("incarnation", [2**32, 2**63, U64])
 def test_a_forged_alive_with_a_huge_incarnation_and_other_metadata_does_not_stick(incarnation):
     net, stranger = cluster()
+    before = _current(net, "n1")
     n1 = net.nodes["n1"]
     fake = Alive("n1", incarnation, n1.addr, Meta(weight=1000.0, http="http://10.9.9.9:80"))
     for i, b in enumerate(IDS):
         stranger.send(b, stranger.craft([fake], sender="n9", epoch=3, seq=1 + i))
     assert net.run_until_true(lambda: whole(net, IDS), 10.0)
+    assert _current(net, "n1") > before  # the forgery landed: the victim had to outbid it
     net.run_for(20.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
@@ -323,6 +336,7 @@ def test_forged_joins_with_member_ids_change_nothing():
         for j, b in enumerate(IDS):
             if b != a:
                 stranger.send(b, stranger.craft([PushPull(5 + i, True), fake], sender=a, epoch=9, seq=1 + j))
+    assert sum(net.nodes[o].core.stats["address_conflicts"] for o in IDS) >= 6  # each claim was read
     net.run_for(30.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
@@ -333,10 +347,12 @@ def test_a_forged_join_carrying_deaths_only_raises_suspicions_that_are_refuted()
     # Full state is applied with ``dead`` as ``suspect`` (memberlist's mergeState): a join that
     # says every member is dead, at the top incarnation, kills no one.
     net, stranger = cluster()
+    before = _current(net, "n1")
     state = [PushPull(5, True)] + [Dead(a, U64, "ghost") for a in IDS]
     for i, b in enumerate(IDS):
         stranger.send(b, stranger.craft(state, sender="ghost", epoch=9, seq=1 + i))
     assert net.run_until_true(lambda: whole(net, IDS), 5.0)
+    assert _current(net, "n1") > before  # the forgery landed: the victim had to outbid it
     net.run_for(30.0)
     assert deaths(net, IDS) == [] and whole(net, IDS)
 
@@ -345,6 +361,7 @@ def test_a_forged_refusal_does_not_stop_a_member():
     net, stranger = cluster()
     for i, b in enumerate(IDS):
         stranger.send(b, stranger.craft([Refuse("go away")], sender="n9", epoch=3, seq=1 + i, cluster="other"))
+    assert all(net.nodes[b].core.stats["refusals_ignored"] == 1 for b in IDS)
     net.run_for(10.0)
     assert not [e for n in net.nodes.values() for e in n.events if isinstance(e, JoinRefused)]
     assert whole(net, IDS)
@@ -356,6 +373,7 @@ def test_a_forged_refusal_from_an_address_we_did_not_contact_does_not_stop_a_joi
     joiner = net.add("n1", seeds=["n0"])
     stranger = Stranger(net)
     stranger.send("n1", stranger.craft([Refuse("go away")], sender="n9", epoch=3, seq=1, cluster="other"))
+    assert joiner.core.stats["refusals_ignored"] == 1
     assert not [e for e in joiner.events if isinstance(e, JoinRefused)]
     assert net.run_until_true(lambda: whole(net, ("n0", "n1")), 10.0)
 
@@ -408,6 +426,7 @@ def test_a_forged_notice_from_an_address_we_did_not_contact_does_not_stop_a_join
     net.add("n0")
     joiner = net.add("n1", seeds=["n0"])
     Stranger(net).send("n1", encode_notice("unencrypted"))
+    assert joiner.core.stats["dropped_notice"] == 1
     assert not [e for e in joiner.events if isinstance(e, JoinRefused)]
     assert net.run_until_true(lambda: whole(net, ("n0", "n1")), 10.0)
 
