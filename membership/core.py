@@ -98,9 +98,25 @@ by a network partition merge after it heals.
 
 Bad input. Datagrams are validated strictly (``wire.py``); anything invalid, from another
 cluster, with different cluster settings, replayed, or not decryptable with any key of the
-keyring is dropped and counted in ``stats["dropped_<reason>"]``; ``receive_datagram`` never
-raises and never applies part of an invalid datagram. A datagram we cannot read for its keys
-or protocol version is answered with a notice saying why (``wire.py``; ``joining.py``).
+keyring is dropped and counted in ``stats["dropped_<reason>"]`` (replays only with keys: see
+"Forged datagrams" below); ``receive_datagram`` never raises and never applies part of an
+invalid datagram. A datagram we cannot read for its keys or protocol version is answered with
+a notice saying why (``wire.py``; ``joining.py``).
+
+Forged datagrams (issue 31). Without keys nothing authenticates a datagram: anyone who can
+send us UDP can gossip in any member's name. What we guarantee is that nothing such a datagram
+carries does lasting damage that honest traffic cannot repair. The replay filter, which
+authenticates nothing without keys and was poisoned by one envelope with a member's epoch and a
+huge seq, is used only with keys; above ``INCARNATION_SOFT_MAX`` an update moves a record by
+one, or by up to ``INCARNATION_STEP_MAX`` once a second (``status.bounded_incarnation``), so no
+flood of updates leaves a member unable to refute; a refusal to a stranger is anonymous and a keyless
+joiner stops only on a refusal or notice from a seed it contacted (``joining.py``); a member
+that holds a member as left and gets its ping says so, so a forged leave is refuted within a
+probe. What stays possible without keys (tests/test_forged_datagrams.py measures each): a
+forged ``Dead`` kills its subject at the members that get it until the refutation arrives
+(about one gossip round), and makes the subject report ``DeclaredDead``; a forged ``Suspect``
+or ``Alive`` is refuted as SWIM intends; a stranger who knows the cluster name can join, read
+the full state, and add members that are removed only when their suspicion runs out.
 
 Layout
 ======
@@ -322,7 +338,11 @@ class Swim:
             self._drop("from_self")
             self._conflicts.from_our_id(env, addr, now)
             return
-        if not self._replay.check_and_record(env.sender, env.epoch, env.seq):
+        # Replays are dropped only with keys: without them nothing authenticates (sender, epoch,
+        # seq), and a stranger who sent one envelope with a member's epoch and a huge seq made
+        # every later datagram of that member "replayed" (issue 31). Keyless, a replayed
+        # datagram does nothing a forged one could not, and SWIM's messages are idempotent.
+        if self.keyring.enabled and not self._replay.check_and_record(env.sender, env.epoch, env.seq):
             self._drop("replayed")
             return
         if self._view.leaving:

@@ -114,14 +114,16 @@ class Joiner:
         We tell its sender why (a notice; never in answer to a notice, so never a loop). A
         joiner keeps what it hears from its seeds for the next ``JoinAttempt``. A notice stops
         a joiner (``JoinRefused``) only if it holds no keys - then everything it receives is
-        unauthenticated anyway - and only when it says the cluster encrypts or speaks another
-        protocol version; a member with keys never lets an unauthenticated datagram stop it."""
+        unauthenticated anyway -, only when it comes from a seed we contacted (a stranger's
+        forgery from elsewhere must not stop a joiner; issue 31) and only when it says the
+        cluster encrypts or speaks another protocol version; a member with keys never lets an
+        unauthenticated datagram stop it."""
         if isinstance(drop, Notice):
             hint = _NOTICE_HINTS[drop.about].format(theirs=drop.version, ours=PROTOCOL_VERSION)
             if self.next_join_at is None:
                 return
             self._join_heard[addr] = hint
-            if not self._keyring.enabled and not self._view.had_peer \
+            if not self._keyring.enabled and not self._view.had_peer and addr in self.seeds \
                     and drop.about in ("unencrypted", "unknown_version"):
                 self._events.append(JoinRefused(addr, f"the member at {addr[0]}:{addr[1]}: {hint}; start this "
                                                       "node with the cluster's gossip keys and version", now))
@@ -151,15 +153,37 @@ class Joiner:
             if isinstance(msg, Refuse):
                 if self._view.had_peer or self._view.leaving:
                     self._stats["refusals_ignored"] += 1
+                elif addr not in self.seeds and not self._keyring.enabled:
+                    # Keyless, and we sent no join there: a stranger's forgery (or a seed
+                    # answering from another address). It does not stop us; the next
+                    # JoinAttempt says so. (With keys a refusal comes from a key holder.)
+                    self._stats["refusals_ignored"] += 1
+                    if self.next_join_at is not None:
+                        self._join_heard[addr] = f"refused us, but we did not contact it: {msg.reason}"[:512]
                 else:
                     self._events.append(JoinRefused(addr, msg.reason, now))
             elif isinstance(msg, PushPull) and msg.reply and self._out.may_reply_push_pull(addr, msg.sync_id, now):
-                if name_differs:
-                    what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
-                else:
-                    what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
-                reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
-                          "start it with the cluster's values")[:512]  # wire limit for texts
-                self._stats["joins_refused"] += 1
-                self._events.append(RefusedPeer(addr, env.sender, reason, now))
-                self._out.send(addr, [self._out.codec.encode_message(Refuse(reason))], piggyback=False)
+                self._refuse(env, addr, name_differs, now)
+
+    def _refuse(self, env: Envelope, addr: Addr, name_differs: bool, now: float) -> None:
+        """Answer a join from another cluster, or with other settings, with ``Refuse`` naming
+        both sides' values (the joiner's operator needs ours to fix its config).
+
+        Without keys the refusal goes out in an anonymous envelope (``Codec.seal_anonymous``):
+        anyone can send a join, and the issue-31 attack read the member's epoch from the
+        envelope of its refusal. The values themselves are no secret without keys (every
+        datagram carries them in clear, and a refused stranger needs them as much as a
+        misconfigured member): nothing in the core relies on them being unknown."""
+        if name_differs:
+            what, ours, theirs = "cluster name differs", self.config.cluster_name, env.cluster
+        else:
+            what, ours, theirs = "cluster settings differ", self.config.cluster_settings, env.settings
+        reason = (f"{what}: member {self.node_id!r} has {ours!r}, {env.sender!r} has {theirs!r}; "
+                  "start it with the cluster's values")[:512]  # wire limit for texts
+        self._stats["joins_refused"] += 1
+        self._events.append(RefusedPeer(addr, env.sender, reason, now))
+        codec = self._out.codec
+        if self._keyring.enabled:
+            self._out.send(addr, [codec.encode_message(Refuse(reason))], piggyback=False)
+        else:
+            self._out.emit(codec.seal_anonymous([codec.encode_message(Refuse(reason))]), addr)

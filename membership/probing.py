@@ -25,7 +25,7 @@ from .config import MembershipConfig
 from .dissemination import Dissemination
 from .messages import Ack, Addr, Alive, Dead, Nack, Ping, PingReq, Suspect
 from .sampling import sample
-from .status import ALIVE, DEAD, LIVE_STATUSES, SUSPECT
+from .status import ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT
 from .view import Member, View
 from .wire import Envelope
 
@@ -235,8 +235,10 @@ class Prober:
             me = view.me
             head.append(encode(Alive(self.node_id, me.incarnation, me.addr, me.meta)))
         known = view.members.get(sender)
-        if known is not None and known.status in (SUSPECT, DEAD):
-            # Tell a member we hold as suspect/dead what we believe, so it can refute at once.
+        if known is not None and known.status in (SUSPECT, DEAD, LEFT):
+            # Tell a member we hold as suspect/dead/left what we believe, so it can refute at
+            # once (a member that left probes no one: a left member that pings us is alive, and
+            # the leave a stranger's forgery, issue 31).
             head.append(encode(out.state_message(known)))
         out.send(addr, head)
         if known is None and not view.leaving \

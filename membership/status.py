@@ -38,6 +38,8 @@ from typing import Final, Literal
 __all__ = [
     "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "STATUSES", "LIVE_STATUSES",
     "JOINED", "UPDATED", "EVENT_KINDS", "PRECEDENCE", "ALIVE_MARGIN_MIN", "supersedes",
+    "INCARNATION_MAX", "INCARNATION_SOFT_MAX", "INCARNATION_STEP_MAX", "INCARNATION_STEP_INTERVAL_S",
+    "bounded_incarnation",
 ]
 
 #: A member's status in a view. ``alive`` and ``suspect`` are live (a suspect keeps its
@@ -87,3 +89,34 @@ def supersedes(update: Status, incarnation: int, held: Status, held_incarnation:
     ``held_incarnation``, by ``PRECEDENCE``."""
     need = PRECEDENCE[update][held]
     return need is not None and incarnation - held_incarnation >= need
+
+
+#: Incarnations travel as unsigned 64-bit integers: a member whose incarnation reached this
+#: can refute nothing any more (it cannot go higher).
+INCARNATION_MAX: Final = 2**64 - 1
+#: Honest incarnations stay far below this: they start at 0 or at Unix seconds (about 2**31)
+#: and rise by one per refutation or metadata change.
+INCARNATION_SOFT_MAX: Final = 2**63 - 1
+#: Above ``INCARNATION_SOFT_MAX`` an update raises a record by at most this much, and by more
+#: than one at most once per ``INCARNATION_STEP_INTERVAL_S`` (``Updates`` keeps the time).
+INCARNATION_STEP_MAX: Final = 2**32
+INCARNATION_STEP_INTERVAL_S: Final = 1.0
+
+
+def bounded_incarnation(incarnation: int, held: int, may_step: bool = True) -> int:
+    """The incarnation an update naming ``incarnation`` is applied at, over a record held at
+    ``held`` (ours, or another member's); ``may_step``: the record took no step above the soft
+    maximum within the last ``INCARNATION_STEP_INTERVAL_S``.
+
+    Without keys a stranger can gossip any incarnation (issue 31). One naming the maximum made
+    its subject unable to refute ever again (refuting needs one more, and the wire holds no
+    more), and its refutation raised ``OverflowError``. Up to ``INCARNATION_SOFT_MAX`` updates
+    apply as named, so a member outbids any forged value there in one refutation. Above it a
+    record rises by one per update, or by up to ``INCARNATION_STEP_MAX`` once a second: running
+    a member out of incarnations takes 2**31 seconds (or 2**63 updates), however fast a
+    stranger sends. A member's own ``Alive`` still beats what a receiver holds below it (at
+    worst at a clamped incarnation, caught up by the next one). Honest traffic never gets
+    there: this changes nothing for it."""
+    if incarnation <= INCARNATION_SOFT_MAX:
+        return incarnation
+    return min(incarnation, max(INCARNATION_SOFT_MAX, held + (INCARNATION_STEP_MAX if may_step else 1)))

@@ -15,9 +15,11 @@ late timer or a reported loop stall; see ``core.py``, "Lifeguard").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter, deque
+from typing import TypeVar
 
 from .awareness import Awareness
 from .config import MembershipConfig
@@ -29,18 +31,24 @@ from .status import (
     ALIVE,
     ALIVE_MARGIN_MIN,
     DEAD,
+    INCARNATION_MAX,
+    INCARNATION_SOFT_MAX,
+    INCARNATION_STEP_INTERVAL_S,
     JOINED,
     LEFT,
     SUSPECT,
     UPDATED,
     EventKind,
     Status,
+    bounded_incarnation,
     supersedes,
 )
 from .suspicion import Suspicion
 from .view import Member, View
 
 __all__ = ["Updates"]
+
+_Update = TypeVar("_Update", Alive, Suspect, Dead)
 
 
 class Updates:
@@ -54,6 +62,7 @@ class Updates:
         "_prober",
         "_rng",
         "_stats",
+        "_stepped_at",
         "_view",
         "config",
         "node_id",
@@ -78,6 +87,9 @@ class Updates:
         self._events = events
         self._stats = stats
         self._rng = rng
+        #: When a member's record (ours included) last took a step above the soft maximum
+        #: (``status.bounded_incarnation``): only forged updates put anything here.
+        self._stepped_at: dict[str, float] = {}
 
     # ------------------------------------------------------------------ updates
 
@@ -85,6 +97,8 @@ class Updates:
         view = self._view
         if msg.node == self.node_id:
             me = view.me
+            if msg.incarnation > INCARNATION_SOFT_MAX:
+                msg = self._bounded(msg, me.incarnation, now)
             # (We hold ourselves alive: a member that left handles no gossip.)
             if supersedes(ALIVE, msg.incarnation, ALIVE, me.incarnation) or (
                     msg.incarnation == me.incarnation and (msg.addr, msg.meta) != (me.addr, me.meta)):
@@ -95,13 +109,18 @@ class Updates:
             return
         m = view.members.get(msg.node)
         if m is None:
+            if msg.incarnation > INCARNATION_SOFT_MAX:
+                msg = self._bounded(msg, 0, now)
             m = Member(msg.node, msg.addr, msg.meta, msg.incarnation, ALIVE, now)
             view.add(m)
             self._set_changed(m, JOINED, now)
             self._out.broadcast(msg)
             return
-        if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN \
-                or not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
+        if msg.incarnation - m.incarnation < ALIVE_MARGIN_MIN:
+            return
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            msg = self._bounded(msg, m.incarnation, now)
+        if not supersedes(ALIVE, msg.incarnation, m.status, m.incarnation):
             return
         if msg.addr != m.addr and m.status in (ALIVE, SUSPECT):
             self._conflicts.address_claim(msg, m, now)
@@ -124,6 +143,9 @@ class Updates:
         self._out.broadcast(msg)
 
     def on_suspect(self, msg: Suspect, now: float) -> None:
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            held = self._view.members.get(msg.node)
+            msg = self._bounded(msg, held.incarnation if held is not None else 0, now)
         if msg.node == self.node_id:
             if supersedes(SUSPECT, msg.incarnation, ALIVE, self._view.me.incarnation):
                 self.refute(msg.incarnation)
@@ -159,6 +181,9 @@ class Updates:
             self.on_suspect(Suspect(msg.node, msg.incarnation, synced_by), now)
             return
         view = self._view
+        if msg.incarnation > INCARNATION_SOFT_MAX:
+            held = view.members.get(msg.node)
+            msg = self._bounded(msg, held.incarnation if held is not None else 0, now)
         if msg.node == self.node_id:
             if supersedes(update, msg.incarnation, ALIVE, view.me.incarnation):
                 if not leaving and not view.leaving:  # an old leave of ours is no accusation
@@ -270,9 +295,29 @@ class Updates:
     def bump_incarnation(self, at_least: int) -> None:
         """Raise our incarnation above ``at_least`` and gossip our ``Alive``."""
         me = self._view.me
-        me.incarnation = max(me.incarnation, at_least) + 1
+        if me.incarnation >= INCARNATION_MAX:
+            # Nothing to outbid with: only forged updates get here (``bounded_incarnation``).
+            self._stats["incarnation_exhausted"] += 1
+            return
+        me.incarnation = min(max(me.incarnation, at_least) + 1, INCARNATION_MAX)
         self._view.live_changed(me)
         self._out.broadcast(Alive(self.node_id, me.incarnation, me.addr, me.meta))
 
+    def _bounded(self, msg: _Update, held: int, now: float) -> _Update:
+        """``msg`` at the incarnation ``bounded_incarnation`` allows over ``held`` (only for
+        incarnations above the soft maximum: never on honest traffic)."""
+        stepped = self._stepped_at
+        may_step = now - stepped.get(msg.node, -math.inf) >= INCARNATION_STEP_INTERVAL_S
+        incarnation = bounded_incarnation(msg.incarnation, held, may_step)
+        if incarnation > max(INCARNATION_SOFT_MAX, held + 1):
+            if len(stepped) >= 4096:
+                stepped.clear()
+            stepped[msg.node] = now
+        if incarnation == msg.incarnation:
+            return msg
+        self._stats["incarnations_bounded"] += 1
+        return dataclasses.replace(msg, incarnation=incarnation)
+
     def _set_changed(self, m: Member, kind: EventKind, now: float) -> None:
         self._events.append(MemberEvent(kind, m.info(), now))
+

@@ -15,7 +15,10 @@ pre-encoded, know their exact size and pack as many as fit under the MTU into on
 
 ``epoch`` is random per core instance and ``seq`` counts datagrams; together they let the
 receiver drop replayed datagrams (``ReplayFilter``; a 64-datagram sliding window as in IPsec).
-Replay protection is only meaningful with encryption, which authenticates the envelope.
+Replay protection is only meaningful with encryption, which authenticates the envelope, so the
+core consults the filter only then: without keys a stranger can put any (sender, epoch, seq)
+in an envelope, and one with a member's real epoch and a huge seq made every later datagram
+of that member look replayed (issue 31).
 
 A notice tells the sender of a datagram we could not read why (other keys, no keys, another
 protocol version): a joiner with the wrong keys learns so instead of hearing nothing. It is
@@ -178,7 +181,8 @@ _WINDOW_MASK = (1 << _WINDOW) - 1
 
 
 class ReplayFilter:
-    """Drops datagrams whose (sender, epoch, seq) was already seen or is too old.
+    """Drops datagrams whose (sender, epoch, seq) was already seen or is too old. The core
+    uses it only with keys: any envelope can name any (sender, epoch, seq) without them.
 
     Per sender: the newest epoch seen, the highest seq and a 64-bit bitmap of the seqs below
     it (sliding window as in RFC 4303 section 3.4.3). A new epoch (the sender restarted) resets
@@ -245,6 +249,7 @@ class Codec:
         # packing the whole list would (a third of seal's cost, once per datagram).
         self._envelope_head = packer.pack_array_header(6) + b"".join(
             map(packer.pack, (cluster, settings, sender, epoch)))
+        self._anonymous_head = packer.pack_array_header(6) + b"".join(map(packer.pack, ("", "", "-", 0, 0)))
 
     # --- sending ---
 
@@ -270,6 +275,15 @@ class Codec:
             envelope = b"".join((self._envelope_head, pack(self._seq), pack(blobs)))
             return _PREFIX_ENCRYPTED + self.keyring.seal(_PREFIX_ENCRYPTED, envelope)
         return b"".join((_PREFIX_PLAIN, self._envelope_head, pack(self._seq), pack(blobs)))
+
+    def seal_anonymous(self, blobs: Sequence[bytes]) -> bytes:
+        """A keyless datagram that tells nothing about us: no cluster name, no settings, the
+        sender id ``"-"``, epoch and seq 0. Refusals to strangers go out so (``joining.py``):
+        without keys the envelope is all a stranger reads, and ours named what it needs to
+        forge gossip that members accept (issue 31)."""
+        assert not self.keyring.enabled, "with keys, seal() hides the envelope"
+        pack = self._pack
+        return b"".join((_PREFIX_PLAIN, self._anonymous_head, pack(blobs)))
 
     # --- receiving ---
 
