@@ -254,7 +254,7 @@ class Node:
         runner = None
         if c.ownership == "exclusive":
             runner = ExclusiveRunner(
-                c.node_id, c.exclusive, c.table_config, founder=not c.join, member=member,
+                c.node_id, c.exclusive, c.table_config, founder=not c.join, weight=c.weight, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
                 hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended))
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app

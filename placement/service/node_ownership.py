@@ -88,7 +88,7 @@ class ExclusiveRunner:
     """Drives one ``Ownership`` with the real clock; see the module docstring."""
 
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
-                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks) -> None:
+                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -97,7 +97,7 @@ class ExclusiveRunner:
         self._table: PlacementTable | None = None
         self._table_view: dict[str, float] = {}
         self._hooks = hooks
-        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder)
+        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight)
         self._grants: dict[int, Grant] = {}
         self.holding = Holding()
         # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
