@@ -5,8 +5,11 @@ timings of tests/test_node_exclusive.py."""
 import asyncio
 import time
 
+import httpx
 import pytest
 
+from ownership.views import witnesses_of
+from placement.service.http_api import create_app
 from placement.service.node import Node
 
 from test_node_exclusive import Ledger, P, config, eventually, owned_once
@@ -77,3 +80,44 @@ def test_a_witness_founds_the_cluster_and_is_its_join_seed():
             await n.leave()
 
     asyncio.run(main())
+
+
+def test_readyz_warns_while_one_crash_would_stop_all_work_and_stops_once_a_witness_joins(caplog):
+    async def main():
+        ledger = Ledger()
+        n1 = await Node(config("n1")).start()
+        n2 = await Node(config("n2", join=[n1.member.bound])).start()
+        app = create_app(n1)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n1") as client:
+            await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 2
+                             and n1.ready, timeout_s=20, what="a stable view of two members")
+            first = witnesses_of(["n1", "n2"], 5)[0]
+            r = await client.get("/readyz")
+            assert r.status_code == 200  # a warning, not unready
+            assert r.json()["warning"] == (f"a crash of {first} stops all work: add a witness (placement witness) "
+                                           "or a node, so that 3 members vote")
+            body = (await client.get("/v1/ownership")).json()
+            assert body["survival"]["fatal"] == [first] and body["votes"] is True
+            w = Node(config("w", join=[n1.member.bound], weight=0.0))
+            ledger.attach(w)
+            await w.start()
+            await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 3, timeout_s=20,
+                             what="the witness in the stable view")
+            r = await client.get("/readyz")
+            assert r.status_code == 200 and "warning" not in r.json()
+            body = (await client.get("/v1/ownership")).json()
+            assert body["survival"]["crashes_survived"] == 1 and body["survival"]["warning"] is None
+            events = [e.detail for e in n1.events.after(0) if e.kind == "survival"]
+            # once per change, not per view or renewal: alone, two members, three
+            assert len(events) == 3, events
+            assert "stops all work" in events[1] and events[2].endswith("survives the crash of any one member")
+            await eventually(lambda: w.ready, timeout_s=10, what="the witness ready (joined, voting)")
+            assert w.ownership_status()["votes"] is True and w.owned_partitions() == frozenset()
+        assert [r.getMessage() for r in caplog.records if r.name == "placement.survival"
+                and r.levelname == "WARNING" and "stops all work" in r.getMessage()]
+        for n in (n2, w, n1):
+            await n.leave()
+        assert not [iv for iv in ledger.intervals() if iv[3] == "w"]
+
+    with caplog.at_level("INFO", logger="placement.survival"):
+        asyncio.run(main())

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
 MSGPACK = "application/msgpack"
-RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused", "id-conflict")
+RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused", "id-conflict", "survival")
 
 
 def _get(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response:
