@@ -23,7 +23,9 @@ tree, to compare with another's).
 go to each of the others in turn; "taken over" then also requires the witness to own nothing
 (in every sampler round it must, throughout). ``--footprint S``: at the end, with the sampler
 stopped (it polls every node several times a second), each process's RSS (``VmRSS``) and its
-CPU over S idle seconds (utime + stime from ``/proc/PID/stat``).
+CPU over S idle seconds (utime + stime from ``/proc/PID/stat``); with ``--witness``, a second
+witness without ``--http`` ("wx") joins first, so the figures also show a witness without the
+HTTP stack (the cluster then has 4 members, 2 of weight 0).
 
 Before each kill the script waits a random 0 to ``--jitter-s`` seconds (seeded by ``--seed``).
 Members probe on a grid of the shared wall clock (``membership.core``, "Probe schedule"), and
@@ -37,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -49,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simulations.metrics import percentiles  # nearest-rank, as the simulator reports them
 
-from host_cluster import Cluster, Hosts, Loopback, alive
+from host_cluster import Cluster, Hosts, Loopback, _free_port, alive
 
 
 def victim_events(hosts: Hosts, survivors: list[str], victim: str, since: float) -> dict[str, dict[str, float]]:
@@ -123,16 +126,22 @@ def rss_kib(pid: int) -> int | None:
         return None
 
 
-def footprint(c: Cluster, seconds: float) -> None:
-    """RSS and idle CPU of every node process, the sampler stopped (module docstring)."""
+def footprint(c: Cluster, seconds: float, bare_witness: bool) -> None:
+    """RSS and idle CPU of every node process, the sampler stopped (module docstring).
+    ``bare_witness``: first add a witness without ``--http`` (it never imports the HTTP stack)."""
     c.sampler.stop()
+    if bare_witness:
+        c.witnesses.add("wx")
+        c.hosts.start("wx", ["--id", "wx", "--gossip", f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}",
+                             "--partitions", str(c.partitions), "--join", c.hosts.gossip(c.names[0])], "witness")
+        time.sleep(15.0)  # joined, in the stable view, renewing
     time.sleep(5.0)  # the last requests' work done
     pids = {name: proc.pid for name, proc in c.hosts.procs.items() if proc.poll() is None}
     before, t0 = {n: cpu_s(pid) or 0.0 for n, pid in pids.items()}, time.monotonic()
     time.sleep(seconds)
     after, elapsed = {n: cpu_s(pid) or 0.0 for n, pid in pids.items()}, time.monotonic() - t0
     for name, pid in pids.items():
-        role = "witness" if name in c.witnesses else "node"
+        role = ("witness" if name in c.witnesses else "node") + (", no HTTP" if name == "wx" else "")
         cpu = (after[name] - before[name]) / elapsed
         print(f"footprint {name} ({role}, pid {pid}): RSS {(rss_kib(pid) or 0) / 1024:.1f} MiB, "
               f"idle CPU {100 * cpu:.2f} % of a core over {elapsed:.0f} s", flush=True)
@@ -196,9 +205,11 @@ def main() -> int:
                     f.write(json.dumps({"detected": detected, "taken": taken, "back": back, "victim": victim,
                                         **exact}) + "\n")
         if args.footprint:
-            footprint(c, args.footprint)
+            footprint(c, args.footprint, args.witness and args.where == "loopback")
     finally:
         c.close()
+    if not rows:
+        return 0
     med = [statistics.median(col) for col in zip(*rows)]
     what = f"{args.nodes - 1} nodes + 1 witness" if args.witness else f"{args.nodes} nodes"
     print(f"{args.where}, {what}, {len(rows)} kills: median detected {med[0]:.2f} s, "
