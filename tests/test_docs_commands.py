@@ -271,6 +271,9 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2 --check-cores": _BENCH,
     "python benchmarks/bench_sim.py --only crash --only split": _BENCH,
     "python benchmarks/bench_sim.py --large": _BENCH,
+    "python benchmarks/bench_hosts.py --nodes 3 --witness --kills 6 --footprint 60 --out witness-kills.jsonl":
+        "a benchmark of minutes with real processes; its figures are in docs/ownership.md (tests/"
+        "test_witness_processes.py runs the same cluster and kill, smaller)",
     "docker build -t REGISTRY/placement-service:0.1.0 .": "no Docker engine here (tests/test_compose.py checks "
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
     "cd deploy/k8s && kustomize edit set image placement-service=REGISTRY/placement-service:0.1.0 && cd -":
