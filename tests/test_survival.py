@@ -126,3 +126,18 @@ def test_to_dict_is_plain_data():
     d = assess(weights, wit).to_dict()
     assert d["crashes_survived"] == 1 and d["fatal"] == [] and d["warning"] is None
     assert sorted(d["members"]) == ["n1", "n2", "w"] and d["workers"] == ["n1", "n2"]
+
+
+@pytest.mark.parametrize("name, side_works", [
+    # (case, a split side -> whether it goes on), as README's "How many nodes" says
+    ("2", lambda wit: [((wit[0],), True), ((wit[1],), False)]),
+    ("2 + witness", lambda wit: [(("n1", "w1"), True), (("n2",), False), (("n1", "n2"), True), (("w1",), False)]),
+    ("4", lambda wit: [(wit[:3], True), (wit[3:], False), ((wit[0], wit[3]), True), (wit[1:3], False),
+                       ((wit[0],), False), (wit[1:], True)]),
+    ("5", lambda wit: [(wit[:3], True), (wit[3:], False), (wit[2:], True), (wit[:2], False)]),
+])
+def test_the_split_sides_the_readme_names(name, side_works):
+    workers, wits, _ = CASES[name]
+    weights, wit = view(workers, wits)
+    for side, expected in side_works(wit):
+        assert works(set(side), weights, wit) == expected, (side, wit)

@@ -98,6 +98,7 @@ def test_readyz_warns_while_one_crash_would_stop_all_work_and_stops_once_a_witne
                                            "or a node, so that 3 members vote")
             body = (await client.get("/v1/ownership")).json()
             assert body["survival"]["fatal"] == [first] and body["votes"] is True
+            assert "placement_crashes_survived 0.0" in (await client.get("/metrics")).text
             w = Node(config("w", join=[n1.member.bound], weight=0.0))
             ledger.attach(w)
             await w.start()
@@ -107,6 +108,7 @@ def test_readyz_warns_while_one_crash_would_stop_all_work_and_stops_once_a_witne
             assert r.status_code == 200 and "warning" not in r.json()
             body = (await client.get("/v1/ownership")).json()
             assert body["survival"]["crashes_survived"] == 1 and body["survival"]["warning"] is None
+            assert "placement_crashes_survived 1.0" in (await client.get("/metrics")).text
             events = [e.detail for e in n1.events.after(0) if e.kind == "survival"]
             # once per change, not per view or renewal: alone, two members, three
             assert len(events) == 3, events

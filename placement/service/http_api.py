@@ -322,6 +322,11 @@ class _NodeCollector:
                                     value=ownership["lease_valid_for_s"])
             yield GaugeMetricFamily("placement_ownership_paused", "1 while this node may own nothing",
                                     value=1 if ownership["fenced"] else 0)
+            survival = getattr(self.node, "survival", None)
+            if survival is not None:  # (ownership.survival; absent before a stable view is held)
+                yield GaugeMetricFamily("placement_crashes_survived", "Simultaneous member crashes the stable view "
+                                        "always survives (0: some single crash stops all work)",
+                                        value=survival.crashes)
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
