@@ -65,6 +65,25 @@ def test_two_workers_and_a_witness_survive_the_crash_of_either_worker(victim):
     asyncio.run(main())
 
 
+def test_the_crash_of_the_witness_moves_nothing_and_leaves_a_cluster_that_warns():
+    async def main():
+        ledger = Ledger()
+        workers, witness = await start_two_and_witness(ledger)
+        await eventually(lambda: settled(workers, witness), timeout_s=20, what="3 members, 2 owners")
+        before, ended = {n.node_id: n.owned_partitions() for n in workers}, len(ledger.closed)
+        witness.close()  # as kill -9
+        await eventually(lambda: all(n.survival is not None and len(n.survival.members) == 2 for n in workers),
+                         timeout_s=20, what="a stable view of the two workers")
+        assert all(n.survival is not None and n.survival.warning for n in workers)
+        # Nothing moved: each worker kept what it owned, under the same grant (no ownership ended
+        # since the crash: the ledger closed no interval).
+        assert {n.node_id: n.owned_partitions() for n in workers} == before and len(ledger.closed) == ended
+        for n in workers:
+            await n.leave()
+
+    asyncio.run(main())
+
+
 def test_a_witness_founds_the_cluster_and_is_its_join_seed():
     async def main():
         ledger = Ledger()

@@ -3,12 +3,16 @@ witness on 127.0.0.1, default timings, watched by ``ownership_sampler`` (every r
 process twice; an overlap counts only when the order of the answers proves it). The witness's
 expected share in every check is the empty set: it must never answer with a partition."""
 
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
 
-from host_cluster import Cluster, Loopback, alive
+from host_cluster import Cluster, Loopback, _free_port, alive
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +35,10 @@ def test_two_workers_and_a_witness_survive_a_kill_9_of_the_seed_worker():
                        "n2 owning every partition, the witness none")
         print(f"kill -9 n1: detected after {detected.end - killed:.2f} s, n2 owns all {P} after "
               f"{taken.end - killed:.2f} s")
-        # Detection (~4.5-5 s with the default timings) plus a new stable view and the condemnation
-        # round: measured ~0.4 s more on loopback (bench_hosts.py --witness). Loose bound for 2 shared cores.
-        assert taken.end - detected.end < 5.0
+        # Detection (~4.5-5.5 s with the default timings) plus a new stable view and the condemnation
+        # round: measured 0.2-0.5 s more on loopback (bench_hosts.py --witness; "detection + 1 s" is
+        # the goal). A loose bound, for 2 cores shared with other work.
+        assert taken.end - detected.end < 3.0
         rounds = c.assert_exclusive(t0)
         assert all(not (r.owners().get("n3")) for r in rounds), "the witness answered with a partition"
         # The survivors' stable view (the takeover needed it): two members, so one crash (of its
@@ -65,4 +70,44 @@ def test_a_witness_is_a_join_seed():
         assert body["votes"] is True and body["owned"] == [] and body["survival"]["crashes_survived"] == 1
         c.assert_exclusive(t0)
     finally:
+        c.close()
+
+
+def test_a_witness_without_http_joins_votes_and_leaves_on_sigterm(tmp_path):
+    """No --http: no HTTP server; it still joins, enters the stable view, prints membership
+    changes, and leaves on SIGTERM with status 0."""
+    hosts = Loopback(1)
+    c = Cluster(hosts, P)
+    log = tmp_path / "w.log"
+    witness = None
+    try:
+        c.boot()
+        c.settled(timeout_s=60)
+        with log.open("w") as out:
+            witness = subprocess.Popen(
+                [sys.executable, "-m", "placement.service.cli", "witness", "--id", "w", "--gossip",
+                 f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}", "--partitions", str(P), "--join", hosts.gossip("n1")],
+                stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://{hosts.http('n1')}"
+
+        def in_view() -> bool:
+            survival = httpx.get(url + "/v1/ownership", timeout=2).json()["survival"]
+            return survival is not None and survival["members"] == ["n1", "w"]
+
+        deadline = time.monotonic() + 30
+        while not in_view():
+            assert time.monotonic() < deadline and witness.poll() is None, log.read_text()
+            time.sleep(0.2)
+        # n1 and w: a crash of the first witness stops all work, and n1 is the only owner anyway.
+        assert "n1" in httpx.get(url + "/v1/ownership", timeout=2).json()["survival"]["fatal"]
+        assert len(httpx.get(url + "/v1/ownership", timeout=2).json()["owned"]) == P
+        witness.send_signal(signal.SIGTERM)
+        assert witness.wait(30) == 0
+        out = log.read_text()
+        assert "[w] witness (weight 0: votes, owns nothing) gossip" in out and "http off" in out, out
+        assert "[w] member n1 is alive" in out and "[w] stopped" in out, out
+        assert "Traceback" not in out, out
+    finally:
+        if witness is not None and witness.poll() is None:
+            witness.kill()
         c.close()
