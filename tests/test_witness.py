@@ -8,11 +8,24 @@ import time
 import httpx
 import pytest
 
+from ownership import Ownership
 from ownership.views import witnesses_of
+from placement import PlacementTable
 from placement.service.http_api import create_app
 from placement.service.node import Node
 
-from test_node_exclusive import Ledger, P, config, eventually, owned_once
+from test_node_exclusive import QUICK, Ledger, P, config, eventually, owned_once
+
+
+def test_a_weight_0_founder_owns_nothing_from_its_first_view():
+    """The core alone: the founder's first stable view carries its own weight (it carried 1.0)."""
+    founder = Ownership("w", QUICK, lambda view: PlacementTable.build(dict(view), P, 1, 0), 0.0, founder=True,
+                        weight=0.0)
+    founder.set_view({"w": 0.0}, (), 0.0)
+    for t in (0.1, 0.5, 1.0, 3.0):
+        founder.handle_timer(t)
+    assert founder.lease.weights == {"w": 0.0} and founder.table is None
+    assert founder.actions() == [] and founder.owned == {}
 
 
 async def start_two_and_witness(ledger: Ledger, witness_first: bool = False) -> tuple[list[Node], Node]:
