@@ -3,6 +3,7 @@
     python benchmarks/bench_hosts.py --where loopback [--kills 3] [--nodes 5] [--seed 1] [--out FILE]
     sudo python benchmarks/bench_hosts.py --where netns [--kills 3]     # network namespaces, root
     python benchmarks/bench_hosts.py --pool FILE [FILE ...]            # percentiles over --out files
+    python benchmarks/bench_hosts.py --nodes 3 --witness [--kills 6] [--footprint 60]  # 2 workers + a witness
 
 Boots a cluster (P=256, exclusive ownership), then ``--kills`` times: kill -9 the last node,
 measure until every survivor's view has it dead ("detected") and until the survivors own
@@ -18,6 +19,14 @@ everywhere"), measured from the kill, and ``--out FILE`` appends them as JSON li
 ``--pool FILE...`` prints percentiles over the kills of several such files (the runs of one
 tree, to compare with another's).
 
+``--witness``: the last of the ``--nodes`` runs ``placement witness`` (weight 0), and the kills
+go to each of the others in turn; "taken over" then also requires the witness to own nothing
+(in every sampler round it must, throughout). ``--footprint S``: at the end, with the sampler
+stopped (it polls every node several times a second), each process's RSS (``VmRSS``) and its
+CPU over S idle seconds (utime + stime from ``/proc/PID/stat``); with ``--witness``, a second
+witness without ``--http`` ("wx") joins first, so the figures also show a witness without the
+HTTP stack (the cluster then has 4 members, 2 of weight 0).
+
 Before each kill the script waits a random 0 to ``--jitter-s`` seconds (seeded by ``--seed``).
 Members probe on a grid of the shared wall clock (``membership.core``, "Probe schedule"), and
 without that wait the kills of a run fall at about the same phase of it, so detection would be
@@ -28,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -41,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simulations.metrics import percentiles  # nearest-rank, as the simulator reports them
 
-from host_cluster import Cluster, Hosts, Loopback, alive
+from host_cluster import Cluster, Hosts, Loopback, _free_port, alive
 
 
 def victim_events(hosts: Hosts, survivors: list[str], victim: str, since: float) -> dict[str, dict[str, float]]:
@@ -96,6 +107,46 @@ def pool(paths: list[str]) -> int:
     return 0
 
 
+def cpu_s(pid: int) -> float | None:
+    """utime + stime of ``pid``, all its threads (``/proc/PID/stat`` fields 14-15), in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set size of ``pid`` (VmRSS, KiB), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def footprint(c: Cluster, seconds: float, bare_witness: bool) -> None:
+    """RSS and idle CPU of every node process, the sampler stopped (module docstring).
+    ``bare_witness``: first add a witness without ``--http`` (it never imports the HTTP stack)."""
+    c.sampler.stop()
+    if bare_witness:
+        c.witnesses.add("wx")
+        c.hosts.start("wx", ["--id", "wx", "--gossip", f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}",
+                             "--partitions", str(c.partitions), "--join", c.hosts.gossip(c.names[0])], "witness")
+        time.sleep(15.0)  # joined, in the stable view, renewing
+    time.sleep(5.0)  # the last requests' work done
+    pids = {name: proc.pid for name, proc in c.hosts.procs.items() if proc.poll() is None}
+    before, t0 = {n: cpu_s(pid) or 0.0 for n, pid in pids.items()}, time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = {n: cpu_s(pid) or 0.0 for n, pid in pids.items()}, time.monotonic() - t0
+    for name, pid in pids.items():
+        role = ("witness" if name in c.witnesses else "node") + (", no HTTP" if name == "wx" else "")
+        cpu = (after[name] - before[name]) / elapsed
+        print(f"footprint {name} ({role}, pid {pid}): RSS {(rss_kib(pid) or 0) / 1024:.1f} MiB, "
+              f"idle CPU {100 * cpu:.2f} % of a core over {elapsed:.0f} s", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--where", choices=("loopback", "netns"), default="loopback")
@@ -106,6 +157,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1, help="of the waits before the kills")
     ap.add_argument("--out", help="append one JSON line per kill to this file")
     ap.add_argument("--pool", nargs="+", metavar="FILE", help="only print percentiles over these --out files")
+    ap.add_argument("--witness", action="store_true",
+                    help="the last node is a `placement witness`; kill each of the others in turn")
+    ap.add_argument("--footprint", type=float, default=0.0, metavar="S",
+                    help="at the end: RSS and CPU of every process over S idle seconds")
     args = ap.parse_args()
     if args.pool:
         return pool(args.pool)
@@ -120,14 +175,16 @@ def main() -> int:
         hosts = Lab(args.nodes)
     else:
         hosts = Loopback(args.nodes)
-    c = Cluster(hosts, partitions=256)
+    c = Cluster(hosts, partitions=256, witnesses=hosts.names[-1:] if args.witness else ())
     rows = []
     try:
         c.boot()
         c.settled(timeout_s=90)
-        victim, survivors = c.names[-1], c.names[:-1]
         rng = random.Random(args.seed)
+        workers = [n for n in c.names if n not in c.witnesses]
         for k in range(args.kills):
+            victim = workers[k % len(workers)] if args.witness else c.names[-1]
+            survivors = [n for n in c.names if n != victim]
             time.sleep(rng.uniform(0.0, args.jitter_s))  # the kill's phase (docstring), not a wait for an effect
             t0, kill_wall = time.monotonic(), time.time()
             c.kill(victim)
@@ -141,15 +198,21 @@ def main() -> int:
             c.assert_exclusive(t0)
             rows.append((detected, taken, back))
             logged = ", ".join(f"{what} {v:.2f}" if v is not None else f"{what} -" for what, v in exact.items())
-            print(f"kill {k + 1}: detected {detected:.2f} s, taken over {taken:.2f} s, back after restart {back:.2f} s "
-                  f"(event logs: {logged} s)", flush=True)
+            print(f"kill {k + 1} ({victim}): detected {detected:.2f} s, taken over {taken:.2f} s, "
+                  f"back after restart {back:.2f} s (event logs: {logged} s)", flush=True)
             if args.out:
                 with open(args.out, "a") as f:
-                    f.write(json.dumps({"detected": detected, "taken": taken, "back": back, **exact}) + "\n")
+                    f.write(json.dumps({"detected": detected, "taken": taken, "back": back, "victim": victim,
+                                        **exact}) + "\n")
+        if args.footprint:
+            footprint(c, args.footprint, args.witness and args.where == "loopback")
     finally:
         c.close()
+    if not rows:
+        return 0
     med = [statistics.median(col) for col in zip(*rows)]
-    print(f"{args.where}, {args.nodes} nodes, {len(rows)} kills: median detected {med[0]:.2f} s, "
+    what = f"{args.nodes - 1} nodes + 1 witness" if args.witness else f"{args.nodes} nodes"
+    print(f"{args.where}, {what}, {len(rows)} kills: median detected {med[0]:.2f} s, "
           f"taken over {med[1]:.2f} s, back {med[2]:.2f} s")
     return 0
 

@@ -161,7 +161,7 @@ class Ownership:
     and ``now``; read ``actions()``, ``messages(now)`` and ``get_timer()`` after every call."""
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
-                 now: float, *, founder: bool) -> None:
+                 now: float, *, founder: bool, weight: float = 1.0) -> None:
         self.me = me
         self.config = config
         self._tables = tables
@@ -230,7 +230,9 @@ class Ownership:
         self._actions: list[Action] = []
         self.counters = Counters()
         if founder:
-            self.lease.set_stable({me: 1.0}, now)
+            # With the founder's own weight: a weight-0 founder (a witness) owns nothing even
+            # in its first view.
+            self.lease.set_stable({me: weight}, now)
             self.lease.installs.clear()
             self._create_after = now  # nobody existed before the founder's first view
 

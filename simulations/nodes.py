@@ -188,7 +188,8 @@ class SwimNode(Node):
         self._owned_version += 1
         self._swim_leave_started = False
         if self.exclusive is not None:
-            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds)
+            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds,
+                                 weight=self.weight)
             self._fragments = wire.Reassembler()  # a new process: nothing half-received
             self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)

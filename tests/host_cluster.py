@@ -47,10 +47,10 @@ class Hosts:
 
     def up(self) -> None: ...
 
-    def start(self, name: str, args: Sequence[str]) -> subprocess.Popen:
-        """Run ``placement node ARGS`` as host ``name``."""
+    def start(self, name: str, args: Sequence[str], command: str = "node") -> subprocess.Popen:
+        """Run ``placement COMMAND ARGS`` (node, or witness) as host ``name``."""
         log = open(self.logdir / f"{name}.log", "ab")
-        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement.service.cli", "node", *args]
+        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement.service.cli", command, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
@@ -95,10 +95,12 @@ def alive(names: Sequence[str]) -> dict[str, str]:
 
 
 class Cluster:
-    """Nodes on ``hosts`` (n1 is the seed), ``partitions`` partitions, and a sampler watching them."""
+    """Nodes on ``hosts`` (the first is the seed), ``partitions`` partitions, and a sampler watching
+    them. Those named in ``witnesses`` run ``placement witness`` (weight 0: they must own nothing)."""
 
-    def __init__(self, hosts: Hosts, partitions: int) -> None:
+    def __init__(self, hosts: Hosts, partitions: int, witnesses: Sequence[str] = ()) -> None:
         self.hosts, self.partitions, self.names = hosts, partitions, hosts.names
+        self.witnesses = set(witnesses)
         self.sampler = Sampler({n: f"http://{hosts.http(n)}" for n in self.names}, setup=hosts.enter)
         self.joined_at = 0.0
         self.healed_at: float | None = None
@@ -123,14 +125,18 @@ class Cluster:
                 "--partitions", str(self.partitions)]
         if name != self.names[0]:
             args += ["--join", self.hosts.gossip(self.names[0])]
-        self.hosts.start(name, args)
+        elif name in self.hosts.procs:  # the seed restarted: alone it would found a second cluster
+            args += ["--join", self.hosts.gossip(self.names[1])]
+        self.hosts.start(name, args, "witness" if name in self.witnesses else "node")
 
     def kill(self, name: str) -> None:
         self.hosts.procs[name].kill()
 
     def placed(self, names: Sequence[str]) -> dict[str, set[int]]:
-        """Who must own what once ``names`` are the stable view: the placement table's leaders."""
-        table = PlacementTable.build({n: 1.0 for n in names}, partitions=self.partitions, replicas=1, seed=0)
+        """Who must own what once ``names`` are the stable view: the placement table's leaders
+        (a witness: nothing)."""
+        table = PlacementTable.build({n: 0.0 if n in self.witnesses else 1.0 for n in names},
+                                     partitions=self.partitions, replicas=1, seed=0)
         return {n: set(table.owned_by(n, leader_only=True)) for n in names}
 
     def wait(self, predicate: Callable[[Round], bool], since: float, timeout_s: float, what: str) -> Round:

@@ -54,6 +54,7 @@ def no_node(monkeypatch):
 
 
 NODE = ["node", "--id", "n1"]
+WITNESS = ["witness", "--id", "w1"]
 BAD_FLAGS = [
     # (argv, flag, value)
     (["table", "--member", "n1=x"], "--member", "'n1=x'"),
@@ -143,6 +144,20 @@ BAD_FLAGS = [
     (["spark-sample", "--out", "x", "--items", "0"], "--items", "'0'"),
     (["spark-sample", "--out", "x", "--distinct-keys", "0"], "--distinct-keys", "'0'"),
     (["nope"], "nope", "--help"),
+    # placement witness: the node's checks, and the flags about work refused
+    (["witness"], "--id", "PLACEMENT_ID"),
+    ([*WITNESS, "--partitions", "0"], "--partitions", "'0'"),
+    ([*WITNESS, "--join", "x"], "--join", "'x'"),
+    ([*WITNESS, "--gossip", "0.0.0.0:7001"], "--gossip", "--gossip-advertise"),
+    ([*WITNESS, "--http", "0.0.0.0:8001"], "--http", "--http-advertise"),
+    ([*WITNESS, "--http-advertise", "http://w1:8001"], "--http-advertise", "without --http"),
+    ([*WITNESS, "--key-file", "/nonexistent/keys"], "--key-file", "/nonexistent/keys"),
+    ([*WITNESS, "--weight", "0"], "--weight", "a witness always has weight 0"),
+    ([*WITNESS, "--weight"], "--weight", "a witness always has weight 0"),
+    ([*WITNESS, "--worker", "mod:factory"], "--worker", "runs no partition workers"),
+    ([*WITNESS, "--work-sink"], "--work-sink", "a witness takes no work"),
+    ([*WITNESS, "--handoff-timeout", "5"], "--handoff-timeout", "hands none on"),
+    ([*WITNESS, "--ownership", "available"], "--ownership", "exclusive ownership only"),
 ]
 
 
@@ -191,6 +206,50 @@ def test_node_variables_are_read_when_no_flag_is_given(monkeypatch):
     assert (config.node_id, config.weight, config.join, dict(config.tags)) == ("n7", 3.0, (("a", 1), ("b", 2)),
                                                                               {"zone": "x"})
     assert (config.partitions, config.gossip_bind, http) == (512, ("127.0.0.1", 7100), ("127.0.0.1", 8001))
+
+
+def test_a_witness_reads_the_variables_of_its_flags_and_not_those_about_work(monkeypatch):
+    """A settings file shared with the nodes (deploy/k8s/configmap.yaml) may carry the work
+    settings: a witness does not read them. PLACEMENT_OWNERSHIP=available is refused."""
+    env = {"PLACEMENT_ID": "w7", "PLACEMENT_JOIN": "dns:placement-gossip:7001", "PLACEMENT_PARTITIONS": "512",
+           "PLACEMENT_WEIGHT": "2.5", "PLACEMENT_WORKER": "mod:factory", "PLACEMENT_HANDOFF_TIMEOUT": "9",
+           "PLACEMENT_OWNERSHIP": "exclusive"}
+    from placement.service.cli import build_parser
+
+    config, http = node_cli.witness_config_from_args(build_parser().parse_args(["witness"]), env)
+    assert (config.node_id, config.weight, config.partitions, config.ownership) == ("w7", 0.0, 512, "exclusive")
+    assert str(config.join[0]) == "dns:placement-gossip:7001" and config.exclusive.handoff_timeout_s == 5.0
+    assert http is None and config.http_advertise == ""  # no HTTP server unless --http
+    config, http = node_cli.witness_config_from_args(
+        build_parser().parse_args(["witness", "--http", "127.0.0.1:8009"]), env)
+    assert http == ("127.0.0.1", 8009) and config.http_advertise == "http://127.0.0.1:8009"
+    with pytest.raises(PlacementError, match="PLACEMENT_OWNERSHIP='available': a witness votes in exclusive"):
+        node_cli.witness_config_from_args(build_parser().parse_args(["witness"]),
+                                          {**env, "PLACEMENT_OWNERSHIP": "available"})
+
+
+def test_a_witness_starts_with_weight_0_and_no_http_server(monkeypatch, capsys):
+    started = []
+
+    async def serve(config, http, *rest):
+        started.append((config, http, rest))
+        return 0
+
+    monkeypatch.setattr(node_cli, "serve", serve)
+    assert run([*WITNESS, "--join", "127.0.0.1:7001", "--tag", "zone=a"], capsys)[0] == 0
+    [(config, http, rest)] = started
+    assert (config.weight, http, rest, dict(config.tags)) == (0.0, None, (), {"zone": "a"})
+
+
+def test_witness_help_lists_the_cluster_flags_and_not_the_work_flags(capsys):
+    code, out, _err = run(["witness", "--help"], capsys)
+    assert code == 0
+    assert "owns no partitions" in out
+    for flag in ("--id", "--gossip", "--join", "--key-file", "--cluster", "--partitions", "--replicas", "--seed",
+                 "--http"):
+        assert flag in out, flag
+    for flag in node_cli.WITNESS_REFUSES:
+        assert flag not in out, flag
 
 
 @pytest.mark.parametrize("command", [["demo", "--partitions", "64"], ["table", "--member", "n1=1"]])

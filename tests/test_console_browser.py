@@ -81,6 +81,9 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
     poll(lambda: map_colours(page) >= 3, 20, "a map coloured by 3 leaders")
     assert page.execute_script("return window.consoleState.map.header.partitions") == 1024
     poll(lambda: "agree" in page.find_element("id", "agreement-verdict").text, 20, "the agreement panel")
+    # What the cluster survives (GET /v1/ownership): three members, any one may crash.
+    poll(lambda: "survives the crash of any one member" in page.find_element("id", "ownership").text, 20,
+         "the survival line")
 
     # The key box names the same partition and owners as the API.
     page.find_element("id", "key").send_keys("order-42")
@@ -113,6 +116,10 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
 
     timeline = page.find_element("id", "timeline").text
     assert "dead n3" in timeline
+    # Two members left: the crash of the first witness would stop all work; the page says so.
+    poll(lambda: "stops all work: add a witness" in page.execute_script(
+        "const w = document.querySelector('#ownership dd.warning'); return w ? w.textContent : ''"), 20,
+        "the warning on the page")
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "console.png"
     page.save_screenshot(str(shot))

@@ -11,11 +11,12 @@ import pytest
 import uvicorn
 
 from placement.service.cli import main
-from placement.service.console.status import render
+from placement.service.console.status import collect, render
 from placement.service.http_api import create_app
 from placement.service.node import Node, NodeConfig
 
 from test_node import FAST, eventually
+from test_node_exclusive import QUICK
 
 
 @contextlib.contextmanager
@@ -127,6 +128,43 @@ def test_render_flags_disagreement_and_unreachable_members():
                        + [{"id": f"n{i}", "checksum": "a" * 32, "error": None} for i in (1, 2, 3)]},
          "balance": {"members": 0}, "recent": [{"at": 100.0, "kind": "dead", "member": "n5", "detail": "x"}]}
     out = render(s, now=130.0)
+    assert "WARNING" not in out and "survives" not in out  # no survival (available mode): no line
     assert "agreement: DISAGREE - 2 checksums among 3 answering members" in out and "others: n3" in out
     assert "n4 did not answer: ConnectError" in out and "no member has a positive weight" in out
     assert "30 s ago  dead" in out
+
+
+def test_status_says_what_the_cluster_survives_and_warns_when_one_crash_stops_all_work():
+    """Exclusive mode (the default): two members, then a witness joins (n1 served on loopback)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def config(node_id, join=(), **kw):
+        return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=join, partitions=64, settle_s=0.0,
+                          membership=FAST, exclusive=QUICK, http_advertise=url if node_id == "n1" else "", **kw)
+
+    def status() -> str:
+        with httpx.Client(timeout=5) as client:
+            return render(collect(client, url))
+
+    async def main_():
+        n1 = await Node(config("n1")).start()
+        server = uvicorn.Server(uvicorn.Config(create_app(n1), log_level="warning", lifespan="off"))
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        n2 = await Node(config("n2", join=(n1.member.bound,))).start()
+        await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 2, timeout_s=20)
+        out = await asyncio.to_thread(status)
+        first = n1.survival.witnesses[0]
+        assert f"WARNING: a crash of {first} stops all work: add a witness (placement witness)" in out
+        assert f"including the first witness {first}" in out
+        w = await Node(config("w", join=(n1.member.bound,), weight=0.0)).start()
+        await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 3, timeout_s=20)
+        out = await asyncio.to_thread(status)
+        assert "WARNING" not in out and "survives: survives the crash of any one member" in out
+        assert "split: the side with 2 of the 3 witnesses" in out
+        for n in (w, n2, n1):
+            await n.leave()
+        server.should_exit = True
+        await serving
+
+    asyncio.run(main_())

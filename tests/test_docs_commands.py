@@ -209,6 +209,7 @@ MAKE_RUN = (
 README_NODES = (
     "placement node --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001",
     "placement node --id n2 --gossip 127.0.0.1:7002 --http 127.0.0.1:8002 --join 127.0.0.1:7001 --weight 2",
+    "placement witness --id w1 --gossip 127.0.0.1:7003 --http 127.0.0.1:8003 --join 127.0.0.1:7001",
 )
 
 _STANDALONE = ("tests/test_spark_standalone.py::test_output_mode_on_executors_python_fallback_is_said",
@@ -277,6 +278,9 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2 --check-cores": _BENCH,
     "python benchmarks/bench_sim.py --only crash --only split": _BENCH,
     "python benchmarks/bench_sim.py --large": _BENCH,
+    "python benchmarks/bench_hosts.py --nodes 3 --witness --kills 6 --footprint 60 --out witness-kills.jsonl":
+        "a benchmark of minutes with real processes; its figures are in docs/ownership.md (tests/"
+        "test_witness_processes.py runs the same cluster and kill, smaller)",
     "docker build -t REGISTRY/placement-service:0.1.0 .": "no Docker engine here (tests/test_compose.py checks "
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
     "cd deploy/k8s && kustomize edit set image placement-service=REGISTRY/placement-service:0.1.0 && cd -":
@@ -627,11 +631,18 @@ def test_readme_nodes_run_as_written(home):
             url = f"http://127.0.0.1:{http + i}"
             poll(lambda: httpx.get(url + "/readyz", timeout=2).status_code == 200, 30, f"{url} ready")
         members = httpx.get(f"http://127.0.0.1:{http}/v1/members", timeout=2).json()
-        assert [(m["id"], m["status"], m["weight"]) for m in members] == [("n1", "alive", 1.0), ("n2", "alive", 2.0)]
+        assert [(m["id"], m["status"], m["weight"]) for m in members] == [
+            ("n1", "alive", 1.0), ("n2", "alive", 2.0), ("w1", "alive", 0.0)]
+        # "a witness ... owns no partitions"; with it in the stable view nobody warns any more.
+        poll(lambda: all("warning" not in httpx.get(f"http://127.0.0.1:{http + i}/readyz", timeout=2).json()
+                         and httpx.get(f"http://127.0.0.1:{http + i}/v1/ownership", timeout=2).json()
+                         ["survival"]["crashes_survived"] == 1 for i in range(3)), 30, "three voters")
+        assert httpx.get(f"http://127.0.0.1:{http + 2}/v1/ownership", timeout=2).json()["owned"] == []
         for proc in reversed(procs):
             assert stop(proc, signal.SIGTERM) == 0  # "SIGTERM/SIGINT: the node ... leaves, exits"
-        for i in (1, 2):
-            assert f"[n{i}] stopped" in (home / f"n{i}.out").read_text()
+        for i, name in ((1, "n1"), (2, "n2"), (3, "w1")):
+            assert f"[{name}] stopped" in (home / f"n{i}.out").read_text()
+        assert "stops all work" in (home / "n1.out").read_text()  # logged while n1 and n2 were alone
     finally:
         for proc in procs:
             kill_session(proc)

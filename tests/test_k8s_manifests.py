@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from placement.service.cli import build_parser
-from placement.service.node_cli import config_from_args
+from placement.service.node_cli import config_from_args, witness_config_from_args
 
 kv = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]' (kubernetes-validate)")
 
@@ -42,18 +42,18 @@ def kustomization() -> dict:
     return yaml.safe_load((K8S / "kustomization.yaml").read_text())
 
 
-def container() -> dict:
-    return resources()["StatefulSet/placement"]["spec"]["template"]["spec"]["containers"][0]
+def container(sts: str = "placement") -> dict:
+    return resources()[f"StatefulSet/{sts}"]["spec"]["template"]["spec"]["containers"][0]
 
 
-def pod_environment() -> dict[str, str]:
-    """The variables the node sees in pod placement-0: the ConfigMap, then the container's env
-    (fieldRefs filled in, $(VAR) expanded as the kubelet does)."""
-    c, res = container(), resources()
+def pod_environment(sts: str = "placement", pod: str = POD_NAME) -> dict[str, str]:
+    """The variables the node sees in pod placement-0 (or ``pod`` of ``sts``): the ConfigMap,
+    then the container's env (fieldRefs filled in, $(VAR) expanded as the kubelet does)."""
+    c, res = container(sts), resources()
     env = {}
     for source in c["envFrom"]:
         env.update(res[f"ConfigMap/{source['configMapRef']['name']}"]["data"])
-    fields = {"status.podIP": POD_IP, "metadata.name": POD_NAME}
+    fields = {"status.podIP": POD_IP, "metadata.name": pod}
     for var in c["env"]:
         if "valueFrom" in var:
             env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
@@ -108,6 +108,38 @@ def test_services_probes_and_budget_fit_the_pods():
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert c["resources"]["requests"].keys() == {"cpu", "memory"}
     assert "preStop" in c["lifecycle"]
+
+
+def test_the_witness_runs_beside_the_nodes_as_a_seed_and_a_voter_but_gets_no_client():
+    """StatefulSet/placement-witness: `placement witness`, one replica, in the headless Service
+    (a seed) and the disruption budget, not in placement-http; the two StatefulSets' selectors
+    never take each other's pods."""
+    res = resources()
+    nodes, witness = res["StatefulSet/placement"], res["StatefulSet/placement-witness"]
+    node_labels = nodes["spec"]["template"]["metadata"]["labels"]
+    labels = witness["spec"]["template"]["metadata"]["labels"]
+    assert witness["spec"]["replicas"] == 1 and witness["spec"]["serviceName"] == nodes["spec"]["serviceName"]
+    assert witness["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert not witness["spec"]["selector"]["matchLabels"].items() <= node_labels.items()
+    assert not nodes["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for key in ("Service/placement-gossip", "PodDisruptionBudget/placement"):
+        spec = res[key]["spec"]
+        selector = spec["selector"] if key.startswith("Service") else spec["selector"]["matchLabels"]
+        assert selector.items() <= labels.items() and selector.items() <= node_labels.items(), key
+    assert not res["Service/placement-http"]["spec"]["selector"].items() <= labels.items()
+    c = container("placement-witness")
+    assert c["args"] == ["witness"]
+    assert {p["name"]: (p["containerPort"], p["protocol"]) for p in c["ports"]} == {
+        "gossip": (7001, "UDP"), "http": (8001, "TCP")}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    env = pod_environment("placement-witness", "placement-witness-0")
+    config, http = witness_config_from_args(build_parser().parse_args(c["args"]), env)
+    assert (config.node_id, config.weight, http) == ("placement-witness-0", 0.0, ("0.0.0.0", 8001))
+    assert config.gossip_advertise == (POD_IP, 7001) and config.http_advertise == f"http://{POD_IP}:8001"
+    node_config, _ = config_from_args(build_parser().parse_args(container()["args"]), pod_environment())
+    assert config.cluster_settings() == node_config.cluster_settings() and config.cluster == node_config.cluster
+    assert [str(s) for s in config.join] == [str(s) for s in node_config.join]  # the same seeds
 
 
 def test_the_pods_settings_parse_with_the_cli():

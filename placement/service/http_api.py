@@ -156,6 +156,21 @@ class RouteOut(BaseModel):
 class Health(BaseModel):
     status: str = Field(description="ok (healthz), ready (readyz), leaving (leave)")
     node: str = Field(description="this node's id")
+    warning: str | None = Field(None, description="readyz, exclusive ownership: set when the crash of one member "
+                                "would stop all work, with what to add (the node is ready all the same)")
+
+
+class SurvivalOut(BaseModel):
+    """What the cluster survives, from the stable view this node holds (``ownership.survival``)."""
+
+    members: list[str]
+    workers: list[str] = Field(description="the members with a positive weight: they own partitions")
+    witnesses: list[str] = Field(description="the view's witnesses, first witness first (it breaks ties)")
+    fatal: list[str] = Field(description="members whose crash alone stops all work")
+    crashes_survived: int = Field(description="simultaneous crashes of any members always survived")
+    split: str = Field(description="what a network split does")
+    warning: str | None = Field(description="what a fatal crash is and what to add, or null")
+    summary: str
 
 
 class OwnershipOut(BaseModel):
@@ -170,6 +185,9 @@ class OwnershipOut(BaseModel):
     stable_view: int | None = Field(None, description="number of the stable view ownership follows (exclusive); "
                                     "nodes that report one number hold the same view")
     witnesses: list[str] = Field(default_factory=list, description="the witnesses of that view (exclusive)")
+    votes: bool | None = Field(None, description="this node is one of those witnesses (exclusive)")
+    survival: SurvivalOut | None = Field(None, description="what the cluster survives (exclusive; null before "
+                                         "this node holds a stable view)")
 
 
 class Problem(BaseModel):
@@ -304,6 +322,11 @@ class _NodeCollector:
                                     value=ownership["lease_valid_for_s"])
             yield GaugeMetricFamily("placement_ownership_paused", "1 while this node may own nothing",
                                     value=1 if ownership["fenced"] else 0)
+            survival = getattr(self.node, "survival", None)
+            if survival is not None:  # (ownership.survival; absent before a stable view is held)
+                yield GaugeMetricFamily("placement_crashes_survived", "Simultaneous member crashes the stable view "
+                                        "always survives (0: some single crash stops all work)",
+                                        value=survival.crashes)
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
@@ -451,18 +474,24 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
 
     @app.get("/readyz", response_model=Health, responses=_problems(503))
     async def readyz() -> Response:
+        survival = getattr(node, "survival", None)
+        warning = None if survival is None else survival.warning
         if not node.ready:
             refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
             paused = getattr(node, "paused", None)
             detail = (str(refused) if refused else f"ownership paused: {paused}" if paused
                       else "not joined yet, or the membership view has not settled")
-            return problem(503, "Not ready", detail)
-        return Response(json.dumps({"status": "ready", "node": node.node_id}), media_type="application/json")
+            return problem(503, "Not ready", detail + (f"; {warning}" if warning else ""))
+        body: dict[str, Any] = {"status": "ready", "node": node.node_id}
+        if warning:
+            body["warning"] = warning  # a warning, not a reason to be unready: a 2-node cluster works
+        return Response(json.dumps(body), media_type="application/json")
 
     @app.get("/v1/ownership", response_model=OwnershipOut)
     async def ownership() -> dict[str, Any]:
         """What this node owns now, what it is releasing, and why it is paused (if it is)."""
         status = node.ownership_status()
+        survival = getattr(node, "survival", None)
         owned = sorted(node.owned_partitions())
         grants = {p: node.grant(p) for p in owned}
         return {
@@ -471,6 +500,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "paused": node.paused, "lease_valid_for_s": status.get("lease_valid_for_s"),
             "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
             "stable_view": status.get("stable_view"), "witnesses": status.get("witnesses", []),
+            "votes": status.get("votes"), "survival": None if survival is None else survival.to_dict(),
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {

@@ -72,6 +72,8 @@ from membership import (
 from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
 from ownership import ExclusiveConfig
+from ownership.survival import Survival, assess
+from ownership.views import View, witnesses_of
 
 from ..changes import OwnershipChange, diff, led_by
 from ..errors import InvalidConfigError, PlacementError
@@ -171,6 +173,8 @@ Listener = Callable[[int], object]
 
 
 _log = logging.getLogger("placement.node")
+#: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
+_survival_log = logging.getLogger("placement.survival")
 # The core reports a persisting id conflict at most once a minute: hold "not ready" a little
 # longer than that, so it does not flap while the conflict lasts.
 _ID_CONFLICT_HOLD_S = 90.0
@@ -227,6 +231,7 @@ class Node:
         self._owned_table: PlacementTable | None = None  # what ownership was last published for; None: owns nothing
         self._holddown: asyncio.TimerHandle | None = None  # set while declared dead and waiting
         self._runner: ExclusiveRunner | None = None  # exclusive mode only
+        self._survival: tuple[int, Survival] | None = None  # (stable view number, what it survives)
         self._published: set[int] = set()  # exclusive mode: announced acquired, not yet released
         self._leaders_checked = asyncio.Event()  # set and replaced whenever leadership may have changed
         self.declared_dead_count = 0
@@ -254,9 +259,9 @@ class Node:
         runner = None
         if c.ownership == "exclusive":
             runner = ExclusiveRunner(
-                c.node_id, c.exclusive, c.table_config, founder=not c.join, member=member,
+                c.node_id, c.exclusive, c.table_config, founder=not c.join, weight=c.weight, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
-                hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended))
+                hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended, self._t_view))
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
         return member, runner
 
@@ -354,6 +359,12 @@ class Node:
         """Exclusive mode: why this node owns nothing now (no stable view yet, no quorum lease:
         cut off from a majority of the witnesses), or None."""
         return None if self._runner is None else self._runner.own.fenced_reason
+
+    @property
+    def survival(self) -> Survival | None:
+        """Exclusive mode: what the cluster survives, from the stable view this node holds
+        (``ownership.survival``); None before it holds one, or in available mode."""
+        return None if self._survival is None else self._survival[1]
 
     @property
     def leaving(self) -> bool:
@@ -633,6 +644,9 @@ class Node:
     def _t_ended(self, partition: int) -> None:
         self._to_app(self._x_ended, partition)
 
+    def _t_view(self, view: View) -> None:
+        self._to_app(self._x_view, view)
+
     def _to_app(self, fn: Callable[..., object], *args: object) -> None:
         assert self._thread is not None
         self._thread.to_app(fn, *args)
@@ -678,6 +692,24 @@ class Node:
             elif payload is None:
                 payload = result
         return payload
+
+    def _x_view(self, view: View) -> None:
+        """A new stable view: what the cluster survives now, logged and put in the event log
+        when that changed (not per view, and never per lease renewal)."""
+        if self._survival is not None and view.num <= self._survival[0]:
+            return  # (views reach this loop in order; an older one is no news)
+        survival = assess(view.weighted(), witnesses_of(view.members, self.config.exclusive.witnesses))
+        old = self._survival[1] if self._survival is not None else None
+        self._survival = (view.num, survival)
+        if old is not None and old.summary == survival.summary:
+            return
+        text = f"stable view {view.num} ({len(view.members)} members, {len(survival.workers)} with weight > 0): " \
+               f"{survival.summary}"
+        if survival.warning is not None:
+            _survival_log.warning("%s", text)
+        else:
+            _survival_log.info("%s", text)
+        self.events.append("survival", "", text, time.time())
 
     def _x_ended(self, partition: int) -> None:
         """Ownership ended without a drain (lease lost, declared dead): stop at once. An async

@@ -1,9 +1,14 @@
-"""``placement node | members | owners | cluster``: run nodes and look at a running cluster.
+"""``placement node | witness | members | owners | cluster``: run nodes and look at a running cluster.
 
 Every ``node`` flag can also be set by an environment variable (``PLACEMENT_`` + the flag in
 upper case with dashes as underscores, e.g. ``PLACEMENT_GOSSIP_ADVERTISE``; repeatable flags
 take a comma-separated list), which is how ``docker-compose.yml`` configures its nodes. A flag
 wins over its variable; both go through the same validator (``placement.argtypes``).
+
+``placement witness`` is a member of weight 0 (issue 29): it votes on stable views and leases
+when it is one of the view's witnesses, and owns no partitions. It takes the ``node`` flags
+except those about work (``WITNESS_REFUSES``: a one-line error each); their variables, which a
+settings file shared with the nodes may carry, are not read. ``--http`` is off by default.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from membership.seeds import DnsSeed
@@ -99,33 +104,91 @@ NODE_FLAGS = (
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
+#: ``node`` flags a witness does not take, and why (the error it gives).
+WITNESS_REFUSES = {
+    "--weight": "a witness always has weight 0: it votes but owns no partitions (run `placement node` "
+                "for a member that works)",
+    "--worker": "a witness owns no partitions, so it runs no partition workers (give --worker to `placement node`)",
+    "--work-sink": "a witness takes no work (give --work-sink to `placement node`)",
+    "--handoff-timeout": "a witness owns no partitions, so it hands none on",
+    "--ownership": "a witness votes in exclusive ownership only (the default); in --ownership available "
+                   "nobody votes",
+}
+#: The witness's flags: the node's, less those above, with HTTP off unless asked for.
+WITNESS_FLAGS = tuple(
+    replace(f, default=None, help="HTTP bind HOST:PORT for /healthz, /readyz, /metrics and the read-only API "
+                                  "(default: none, no HTTP server)") if f.flag == "--http" else f
+    for f in NODE_FLAGS if f.flag not in WITNESS_REFUSES)
 
-def add_node_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``node`` flags (also used by the compose-file test to check its commands parse).
+
+def add_node_arguments(p: argparse.ArgumentParser, witness: bool = False) -> None:
+    """The ``node`` flags (also used by the compose-file test to check its commands parse);
+    ``witness``: those of ``placement witness``, and the refused ones as one-line errors.
 
     Defaults are None here: ``config_from_args`` reads the variables then, not when the parser
     is built, so a bad variable is an error of ``node`` alone, naming the variable."""
-    for f in NODE_FLAGS:
+    for f in WITNESS_FLAGS if witness else NODE_FLAGS:
         p.add_argument(f.flag, type=f.parse, action="append" if f.many else "store", default=None,
                        help=f"{f.help} [env {f.variable}]")
+    if witness:
+        for flag, why in WITNESS_REFUSES.items():
+            p.add_argument(flag, nargs="?", action=_Refused, why=why, help=argparse.SUPPRESS)
+
+
+class _Refused(argparse.Action):
+    """A flag that makes no sense here: ``placement witness: error: --weight: <why>``."""
+
+    def __init__(self, option_strings: list[str], dest: str, why: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.why = why
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string}: {self.why}")
 
 
 def config_from_args(args: argparse.Namespace,
                      environ: Mapping[str, str] = os.environ) -> tuple[NodeConfig, tuple[str, int]]:
-    v = {f.dest: f.resolve(getattr(args, f.dest), environ) for f in NODE_FLAGS}
+    """``placement node``: the node's config and HTTP bind address."""
+    config, http = _config(args, environ, witness=False)
+    assert http is not None  # (--http has a default for a node)
+    return config, http
+
+
+def witness_config_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+                             ) -> tuple[NodeConfig, tuple[str, int] | None]:
+    """``placement witness``: weight 0, exclusive ownership; HTTP address None without ``--http``."""
+    return _config(args, environ, witness=True)
+
+
+def _config(args: argparse.Namespace, environ: Mapping[str, str],
+            witness: bool) -> tuple[NodeConfig, tuple[str, int] | None]:
+    v = {f.dest: f.resolve(getattr(args, f.dest), environ) for f in (WITNESS_FLAGS if witness else NODE_FLAGS)}
+    if witness:
+        v.update(weight=0.0, ownership="exclusive", handoff_timeout=ExclusiveConfig.handoff_timeout_s)
+        if environ.get("PLACEMENT_OWNERSHIP", "exclusive").strip() != "exclusive":
+            raise InvalidConfigError(f"PLACEMENT_OWNERSHIP={environ['PLACEMENT_OWNERSHIP']!r}: "
+                                     f"{WITNESS_REFUSES['--ownership']}")
     if v["id"] is None:
         raise InvalidConfigError("give the member id with --id ID (or PLACEMENT_ID)")
     gossip, http, advertise = v["gossip"], v["http"], v["gossip_advertise"]
     if advertise is None and gossip[0] in _WILDCARD_HOSTS:
         raise InvalidConfigError(f"--gossip {gossip[0]}:{gossip[1]} binds every interface: give --gossip-advertise "
                                  "HOST:PORT (or PLACEMENT_GOSSIP_ADVERTISE), the address others reach us at")
-    http_host = advertise[0] if advertise else http[0]
-    if v["http_advertise"] is None and http_host in _WILDCARD_HOSTS:
-        raise InvalidConfigError(f"--http {http[0]}:{http[1]} binds every interface: give --http-advertise URL "
-                                 "(or PLACEMENT_HTTP_ADVERTISE), the address others reach us at")
+    if http is None:  # a witness without HTTP: nothing to advertise
+        if v["http_advertise"] is not None:
+            raise InvalidConfigError("--http-advertise without --http: this witness serves no HTTP; give --http "
+                                     "HOST:PORT too (or drop --http-advertise)")
+        http_advertise = ""
+    else:
+        http_host = advertise[0] if advertise else http[0]
+        if v["http_advertise"] is None and http_host in _WILDCARD_HOSTS:
+            raise InvalidConfigError(f"--http {http[0]}:{http[1]} binds every interface: give --http-advertise URL "
+                                     "(or PLACEMENT_HTTP_ADVERTISE), the address others reach us at")
+        http_advertise = v["http_advertise"] or f"http://{http_host}:{http[1]}"
     config = NodeConfig(
         node_id=v["id"], gossip_bind=gossip, gossip_advertise=advertise,
-        http_advertise=v["http_advertise"] or f"http://{http_host}:{http[1]}", join=tuple(v["join"]),
+        http_advertise=http_advertise, join=tuple(v["join"]),
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
@@ -151,44 +214,52 @@ def _say(node_id: str, text: str) -> None:
     print(f"[{node_id}] {text}", flush=True)
 
 
-async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], PartitionProcessor] | None = None,
-                work_sink: bool = False) -> int:
+async def serve(config: NodeConfig, http: tuple[str, int] | None,
+                worker: Callable[[], PartitionProcessor] | None = None, work_sink: bool = False) -> int:
     """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
     one processor per owned partition (``placement.service.workers``). ``work_sink``: also accept
     ``POST /v1/work`` (``placement.service.work_sink``: records what it receives), so that
-    ``spark-route --deliver`` has a receiver."""
-    from .http_api import create_app
-
-    # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr.
+    ``spark-route --deliver`` has a receiver. ``http`` None (a witness without ``--http``): no
+    HTTP server, and its modules are never imported."""
+    # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr,
+    # and what the cluster survives whenever that changes (INFO when all is well).
     logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
-    sock = _listen_http(http)
+    logging.getLogger("placement.survival").setLevel(logging.INFO)
+    sock = _listen_http(http) if http is not None else None
     node = Node(config)
     done = asyncio.Event()
     # The HTTP app and server are built (their modules imported) before the node starts: after
     # it, the ~70 ms this takes (~1 s when 16 nodes start at once on 2 cores) is the first
     # block of the application loop its lag gauge sees and logs (node_thread.AppLoopLag).
-    if work_sink:
-        from placement.service.work_sink import create_sink_app  # (only a --work-sink node needs it)
+    server = None
+    if http is not None:
+        if work_sink:
+            from placement.service.work_sink import create_sink_app  # (only a --work-sink node needs it)
 
-        app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
-    else:
-        app = create_app(node, config.admin_token, on_leave=done.set)
-    server = http_server(app, http)
+            app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
+        else:
+            from .http_api import create_app
+
+            app = create_app(node, config.admin_token, on_leave=done.set)
+        server = http_server(app, http)
     try:
         await node.start()
     except OSError as exc:
-        sock.close()
+        if sock is not None:
+            sock.close()
         raise _bind_error("gossip UDP", "--gossip", config.gossip_bind, exc) from None
     workers = PartitionWorkers(node, worker) if worker is not None else None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
     seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
-    _say(config.node_id, f"gossip {config.gossip_advertise or config.gossip_bind} http {config.http_advertise} "
-                         f"joining {seeds or 'nobody (new cluster)'}")
+    role = "witness (weight 0: votes, owns nothing) " if config.weight == 0 else ""
+    _say(config.node_id, f"{role}gossip {config.gossip_advertise or config.gossip_bind} "
+                         f"http {config.http_advertise or 'off'} joining {seeds or 'nobody (new cluster)'}")
     started = time.monotonic()
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    watch = asyncio.create_task(_report(node))
+    serving = asyncio.create_task(server.serve(sockets=[sock]) if server is not None and sock is not None
+                                  else asyncio.Event().wait())  # (no HTTP: never ends by itself)
+    watch = asyncio.create_task(_report(node) if config.weight > 0 else _report_members(node))
     # What ends the loop below wakes it: a signal or a leave (``done``), the HTTP server
     # stopping, a refusal (the node logs it as an event), the join deadline. No polling: an idle
     # node's application loop then wakes only for its own work (issue 14: idle CPU).
@@ -214,7 +285,7 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
                                  f"{config.join_timeout_s:g} s (the join attempts above say why)")
             status = 5
             break
-        if serving.done():
+        if serving.done() and http is not None:
             _say(config.node_id, f"error: the HTTP server on {http[0]}:{http[1]} stopped")
             status = 4
             break
@@ -227,7 +298,10 @@ async def serve(config: NodeConfig, http: tuple[str, int], worker: Callable[[], 
     if workers is not None:
         await workers.close()
     watch.cancel()
-    server.should_exit = True
+    if server is not None:
+        server.should_exit = True
+    else:
+        serving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await serving
     _say(config.node_id, "stopped")
@@ -377,20 +451,40 @@ async def _report(node: Node) -> None:
     owned: frozenset[int] = frozenset()
     async for change in node.ownership_changes():
         owned = (owned - change.released) | change.acquired
-        for m in node.members():
-            if seen.get(m.node_id) != m.status:
-                seen[m.node_id] = m.status
-                if m.node_id != node.node_id:
-                    _say(node.node_id, f"member {m.node_id} is {m.status}")
+        _say_members(node, seen)
         paused = f" - paused: {node.paused}" if node.paused else ""
         _say(node.node_id, f"owns {len(owned)} partitions (+{len(change.acquired)} -{len(change.released)}) "
                            f"placement {change.checksum[:12]}{paused}")
+
+
+def _say_members(node: Node, seen: dict[str, str]) -> None:
+    for m in node.members():
+        if seen.get(m.node_id) != m.status:
+            seen[m.node_id] = m.status
+            if m.node_id != node.node_id:
+                _say(node.node_id, f"member {m.node_id} is {m.status}")
+
+
+async def _report_members(node: Node) -> None:
+    """A witness's stdout: membership changes (it owns nothing, so ``_report`` would say little)."""
+    seen: dict[str, str] = {}
+    changed = asyncio.Event()
+    node.events.listeners.append(changed.set)
+    while not node.events.closed:
+        _say_members(node, seen)
+        await changed.wait()
+        changed.clear()
 
 
 def cmd_node(args: argparse.Namespace) -> int:
     config, http = config_from_args(args)
     worker = next(f for f in NODE_FLAGS if f.flag == "--worker").resolve(args.worker, os.environ)
     return asyncio.run(serve(config, http, worker, args.work_sink))
+
+
+def cmd_witness(args: argparse.Namespace) -> int:
+    config, http = witness_config_from_args(args)
+    return asyncio.run(serve(config, http))
 
 
 def _get(url: str, path: str, **params) -> httpx.Response:
@@ -498,6 +592,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--work-sink", action="store_true",
                       help="also accept POST /v1/work, the endpoint spark-route --deliver sends to (records items)")
     node.set_defaults(func=cmd_node)
+    witness = sub.add_parser(
+        "witness", help="run a witness: a member that votes (stable views, leases) but owns no partitions",
+        description="A member of weight 0: it votes on stable views and quorum leases as one of their witnesses, "
+                    "owns no partitions and takes no work. Two nodes and one witness survive the crash of any one "
+                    "of them. Same cluster flags as `placement node`; --http is off unless given.")
+    add_node_arguments(witness, witness=True)
+    witness.set_defaults(func=cmd_witness)
     for name, func, helptext in (("members", cmd_members, "list the members a node sees"),
                                  ("owners", cmd_owners, "owners of one key")):
         p = sub.add_parser(name, help=helptext)

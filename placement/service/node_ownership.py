@@ -42,6 +42,7 @@ from membership import SUSPECT, MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
 from ownership import Acquired, Ended, ExclusiveConfig, Ownership, Release, wire
+from ownership.views import View
 
 from ..table import PlacementTable, TableConfig
 
@@ -82,13 +83,14 @@ class _Hooks:
     acquired: Callable[[Grant], None]
     release: Callable[[int, str], Awaitable[Any]]  # runs the handlers; resolves to the payload
     ended: Callable[[int], None]
+    view: Callable[[View], None] | None = None  # a new stable view was installed (its own object)
 
 
 class ExclusiveRunner:
     """Drives one ``Ownership`` with the real clock; see the module docstring."""
 
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
-                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks) -> None:
+                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -97,7 +99,7 @@ class ExclusiveRunner:
         self._table: PlacementTable | None = None
         self._table_view: dict[str, float] = {}
         self._hooks = hooks
-        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder)
+        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight)
         self._grants: dict[int, Grant] = {}
         self.holding = Holding()
         # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
@@ -112,6 +114,7 @@ class ExclusiveRunner:
         self._left = asyncio.Event()
         self.dropped: dict[str, int] = {"malformed": 0}
         self._fragments = wire.Reassembler()  # views outgrow a datagram (~80 members)
+        self._view: View | None = None  # the stable view last told to ``hooks.view``
         self.sent = 0
         self.no_address = 0
         self.closed = False
@@ -202,6 +205,7 @@ class ExclusiveRunner:
             "stable_view": own.lease.num,
             "stable_members": len(own.lease.stable),
             "witnesses": list(own.lease.witnesses),
+            "votes": own.me in own.lease.witnesses,  # one of the witnesses of its stable view
             "counters": dataclasses.asdict(own.counters),
             "dropped": self.dropped["malformed"] + self._fragments.dropped,
         }
@@ -244,6 +248,11 @@ class ExclusiveRunner:
                     self.sent += 1
         if own.left_ready:
             self._left.set()
+        view = own.lease.views.view  # replaced whole on install: an identity test per pass
+        if view is not self._view:
+            self._view = view
+            if self._hooks.view is not None and view.members:
+                self._hooks.view(view)
         # The timer follows the core's deadline both ways: left at an earlier deadline that
         # passed (the resend check of a round a quorum has granted since), it would wake this
         # thread for nothing, once a renewal (issue 14: idle CPU).

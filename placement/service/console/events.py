@@ -24,7 +24,7 @@ from membership.status import EVENT_KINDS
 
 #: Membership kinds (``membership.MemberEvent.kind``) plus the node's own.
 MEMBER_KINDS = frozenset(EVENT_KINDS)
-NODE_KINDS = frozenset({"placement", "ownership", "declared-dead", "refused", "id-conflict"})
+NODE_KINDS = frozenset({"placement", "ownership", "declared-dead", "refused", "id-conflict", "survival"})
 
 
 @dataclass(frozen=True)

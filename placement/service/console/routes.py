@@ -49,7 +49,7 @@ class EventOut(BaseModel):
     seq: int = Field(description="position in this node's log; send it back as after / Last-Event-ID")
     at: float = Field(description="wall-clock seconds since the epoch")
     kind: str = Field(description="joined | updated | suspect | alive | dead | left | placement | ownership | "
-                                  "declared-dead | refused | id-conflict")
+                                  "declared-dead | refused | id-conflict | survival")
     member: str = Field(description="the member it is about, or empty")
     detail: str
 

@@ -1,8 +1,9 @@
 """``placement status --url URL``: the console's summary in a terminal (``--watch``, ``--json``).
 
 It reads the endpoints the page reads (``/v1/members``, ``/v1/placement``, ``/v1/agreement``,
-``/v1/events``) and works the balance out from the snapshot itself (``summary.balance``), so a
-script gets the same numbers from ``--json`` as an operator from the table.
+``/v1/events``, ``/v1/ownership`` for what the cluster survives) and works the balance out from
+the snapshot itself (``summary.balance``), so a script gets the same numbers from ``--json`` as
+an operator from the table.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     import httpx
 
 MSGPACK = "application/msgpack"
-RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused", "id-conflict")
+RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused", "id-conflict", "survival")
 
 
 def _get(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response:
@@ -58,6 +59,7 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
         raise PlacementError(f"{url}/v1/placement: not a placement snapshot: {exc}") from None
     agreement = _get(client, url, "/v1/agreement").json()
     events = _get(client, url, "/v1/events", params={"limit": 1000}).json()
+    survival = _get(client, url, "/v1/ownership").json().get("survival")  # null: available mode, no view yet
     table = snap.table
     leads, replicas = table.load(), table.load(leader_only=False)
     for m in members:
@@ -66,7 +68,7 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
     return {
         "node": events["node"], "url": url, "checksum": snap.checksum, "partitions": table.partitions,
         "replicas": table.replicas, "members": members, "agreement": agreement, "balance": balance(table),
-        "recent": moves,
+        "recent": moves, "survival": survival,
     }
 
 
@@ -84,6 +86,11 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
         heard = m.get("heard_s_ago")
         lines.append(f"{m['id']:<16}{m['status']:<9}{m['incarnation']:>12}{m['weight']:>8g}{m['leads']:>7}"
                      f"{m['replica_of']:>11}{'-' if heard is None else f'{heard:.1f}s':>8}  {m['http']}")
+    v = s.get("survival")
+    if v is not None:
+        lines.append(f"witnesses: {', '.join(v['witnesses'])} (the first breaks a tie)")
+        lines.append(f"WARNING: {v['warning']}" if v["warning"] else f"survives: {v['summary']}")
+        lines.append(f"split: {v['split']}")
     a = s["agreement"]
     answering = len(a["members"]) - len(a["unreachable"])
     if a["agree"]:

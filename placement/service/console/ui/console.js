@@ -230,7 +230,13 @@ async function fetchOwnership() {
   const listed = (ps) => (ps.length ? `${ps.length}: ${ranges(ps)}` : "0");
   const rows = [["mode", o.mode], ["owned", listed(o.owned)], ["releasing", listed(o.releasing)], ["waiting", o.waiting],
     ["paused", o.paused ?? "no"], ["lease", o.lease_valid_for_s == null ? "-" : `${o.lease_valid_for_s.toFixed(2)} s left`]];
-  $("ownership").innerHTML = rows.map(([k, v]) => `<dt>${k}</dt><dd>${esc(v)}</dd>`).join("");
+  // What the cluster survives (exclusive mode, once a stable view is held): a warning when one
+  // crash would stop all work, with what to add.
+  const s = o.survival;
+  if (s) rows.push(["witnesses", `${s.witnesses.join(", ")}${o.votes ? " (this node votes)" : ""}`],
+    ["survives", s.summary], ["split", s.split]);
+  $("ownership").innerHTML = rows.map(([k, v]) =>
+    `<dt>${k}</dt><dd${k === "survives" && s.warning ? ' class="warning"' : ""}>${esc(v)}</dd>`).join("");
 }
 
 async function loadAgreement() {
@@ -262,7 +268,7 @@ function addEvent(event) {
     clearTimeout(state.agreementTimer);
     state.agreementTimer = setTimeout(() => loadAgreement().catch(report), AGREEMENT_AFTER_CHANGE_MS);
   }
-  if (event.kind === "ownership") loadOwnership().catch(report);
+  if (event.kind === "ownership" || event.kind === "survival") loadOwnership().catch(report);
 }
 
 function follow() {
