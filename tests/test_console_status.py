@@ -154,6 +154,7 @@ def test_status_says_what_the_cluster_survives_and_warns_when_one_crash_stops_al
         n2 = await Node(config("n2", join=(n1.member.bound,))).start()
         await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 2, timeout_s=20)
         out = await asyncio.to_thread(status)
+        assert n1.survival is not None
         first = n1.survival.witnesses[0]
         assert f"WARNING: a crash of {first} stops all work: add a witness (placement witness)" in out
         assert f"including the first witness {first}" in out

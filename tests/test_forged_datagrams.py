@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from membership import DEAD, LEFT, DeclaredDead, JoinRefused, MemberEvent, MembershipConfig, Meta
+from membership import DEAD, LEFT, DeclaredDead, JoinRefused, MemberEvent, MemberInfo, MembershipConfig, Meta
 from membership.messages import Ack, Alive, Dead, Ping, PushPull, Refuse, Suspect
 from membership.wire import Codec, Keyring
 from simulations.members import MembershipSim, build_cluster
@@ -58,10 +58,17 @@ class Stranger:
         return [opener.open(data) for who, data in self.heard if who == node_id]
 
 
+def _info(net: MembershipSim, observer: str, subject: str) -> MemberInfo:
+    """What ``observer`` holds about ``subject`` (which it must know)."""
+    info = net.nodes[observer].core.member(subject)
+    assert info is not None, f"{observer} does not know {subject}"
+    return info
+
+
 def deaths(net: MembershipSim, ids) -> list[tuple[str, str, str]]:
     """(observer, subject, kind) for every dead/left event about one of ``ids``, and every
     DeclaredDead a member of ``ids`` heard about itself."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for node in net.nodes.values():
         for e in node.events:
             if isinstance(e, MemberEvent) and e.kind in (DEAD, LEFT) and e.member.node_id in ids:
@@ -296,11 +303,11 @@ def test_a_forged_alive_with_a_huge_incarnation_and_other_metadata_does_not_stic
     net.run_for(20.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
-    assert all(net.nodes[o].core.member("n1").meta == Meta() for o in IDS)
+    assert all(_info(net, o, "n1").meta == Meta() for o in IDS)
     # the victim can still change its metadata, and everyone takes it
     net.call("n1", lambda c, now: c.update_meta(Meta(weight=2.0), now))
     assert net.run_until_true(lambda: whole(net, IDS), 5.0)
-    assert all(net.nodes[o].core.member("n1").meta.weight == 2.0 for o in IDS)
+    assert all(_info(net, o, "n1").meta.weight == 2.0 for o in IDS)
 
 
 def test_a_receive_never_raises_whatever_incarnation_a_datagram_names():
@@ -340,7 +347,7 @@ def test_forged_joins_with_member_ids_change_nothing():
     net.run_for(30.0)
     assert deaths(net, IDS) == []
     assert whole(net, IDS)
-    assert all(net.nodes[o].core.member(a).addr == net.nodes[a].addr for o in IDS for a in IDS)
+    assert all(_info(net, o, a).addr == net.nodes[a].addr for o in IDS for a in IDS)
 
 
 def test_a_forged_join_carrying_deaths_only_raises_suspicions_that_are_refuted():

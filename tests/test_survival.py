@@ -125,7 +125,8 @@ def test_to_dict_is_plain_data():
     weights, wit = view(["n1", "n2"], ["w"])
     d = assess(weights, wit).to_dict()
     assert d["crashes_survived"] == 1 and d["fatal"] == [] and d["warning"] is None
-    assert sorted(d["members"]) == ["n1", "n2", "w"] and d["workers"] == ["n1", "n2"]
+    members = d["members"]
+    assert isinstance(members, list) and sorted(members) == ["n1", "n2", "w"] and d["workers"] == ["n1", "n2"]
 
 
 @pytest.mark.parametrize("name, side_works", [

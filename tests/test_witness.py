@@ -41,6 +41,12 @@ async def start_two_and_witness(ledger: Ledger, witness_first: bool = False) -> 
     return [started["n1"], started["n2"]], started["w"]
 
 
+def _strs(value: object) -> list[str]:
+    """A list of ids from a status value (JSON-typed: object)."""
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), value
+    return value
+
+
 def settled(nodes: list[Node], witness: Node) -> bool:
     everyone = [*nodes, witness]
     return (owned_once(nodes) and all(n.owned_partitions() for n in nodes)
@@ -57,7 +63,7 @@ def test_two_workers_and_a_witness_survive_the_crash_of_either_worker(victim):
         workers, witness = await start_two_and_witness(ledger)
         await eventually(lambda: settled(workers, witness), timeout_s=20, what="3 members, 2 owners")
         assert witness.owned_partitions() == frozenset()
-        assert sorted(witness.ownership_status()["witnesses"]) == ["n1", "n2", "w"]
+        assert sorted(_strs(witness.ownership_status()["witnesses"])) == ["n1", "n2", "w"]
         dead, survivor = workers[victim], workers[1 - victim]
         dead.close()  # as kill -9
         killed = time.monotonic()
