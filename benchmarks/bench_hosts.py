@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from simulations.metrics import percentiles  # nearest-rank, as the simulator reports them
 
 from host_cluster import Cluster, Hosts, Loopback, _free_port, alive
+from ownership_sampler import Round
 
 
 def victim_events(hosts: Hosts, survivors: list[str], victim: str, since: float) -> dict[str, dict[str, float]]:
@@ -93,6 +94,21 @@ def from_events(events: dict[str, dict[str, float]], kill_wall: float) -> dict[s
     return {"suspect_first": min(suspects) - kill_wall if suspects else None,
             "dead_first": min(known) - kill_wall if known else None,
             "dead_everywhere": max(known) - kill_wall if known and len(known) == len(deaths) else None}
+
+
+def survivor_drops(before: list[Round], after: list[Round], survivors: list[str]) -> int:
+    """Partitions a survivor owned in the last round before the kill and missed in a later
+    round up to the takeover: a kill moves partitions *to* survivors, never away from them,
+    so each is a drop by a healthy member (issue 29 item 6; 0 is the goal)."""
+    if not before:
+        return 0
+    held = {name: parts for name, parts in before[-1].owners().items() if name in survivors}
+    lost: dict[str, set[int]] = {name: set() for name in held}
+    for r in after:
+        for name, parts in r.owners().items():
+            if name in held:
+                lost[name] |= held[name] - parts
+    return sum(map(len, lost.values()))
 
 
 def pool(paths: list[str]) -> int:
@@ -187,11 +203,13 @@ def main() -> int:
             survivors = [n for n in c.names if n != victim]
             time.sleep(rng.uniform(0.0, args.jitter_s))  # the kill's phase (docstring), not a wait for an effect
             t0, kill_wall = time.monotonic(), time.time()
+            before = c.sampler.between(t0 - 5.0, t0)
             c.kill(victim)
             detected = c.wait(lambda r: r.sees(survivors, alive(survivors)), t0, 60, "the death everywhere").end - t0
             exact = from_events(victim_events(hosts, survivors, victim, kill_wall), kill_wall)
             expected = c.placed(survivors)
             taken = c.wait(lambda r: r.owns_exactly(expected), t0, 60, "the takeover").end - t0
+            drops = survivor_drops(before, c.sampler.between(t0, t0 + taken), survivors)
             t1 = time.monotonic()
             c.start(victim)
             back = c.settled(timeout_s=90).end - t1
@@ -199,11 +217,12 @@ def main() -> int:
             rows.append((detected, taken, back))
             logged = ", ".join(f"{what} {v:.2f}" if v is not None else f"{what} -" for what, v in exact.items())
             print(f"kill {k + 1} ({victim}): detected {detected:.2f} s, taken over {taken:.2f} s, "
-                  f"back after restart {back:.2f} s (event logs: {logged} s)", flush=True)
+                  f"back after restart {back:.2f} s (event logs: {logged} s); partitions dropped by "
+                  f"survivors {drops}", flush=True)
             if args.out:
                 with open(args.out, "a") as f:
                     f.write(json.dumps({"detected": detected, "taken": taken, "back": back, "victim": victim,
-                                        **exact}) + "\n")
+                                        "survivor_drops": drops, **exact}) + "\n")
         if args.footprint:
             footprint(c, args.footprint, args.witness and args.where == "loopback")
     finally:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from membership import MemberEvent
+from ownership import Acquired, Ended, Release
 
 from .intervals import OwnershipLog
 
@@ -97,6 +98,11 @@ class Recorder:
         self._datagrams0 = 0
         self._bytes0 = 0
         self.ownership_log = OwnershipLog()
+        # Exclusive ownership: (node, partition) being released (a handoff under way), and per
+        # node the partitions it dropped while measuring: ended without a release (lease lost,
+        # declared dead, a jump to a newer stable view, condemned).
+        self._releasing: set[tuple[int, int]] = set()
+        self._dropped: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,6 +179,26 @@ class Recorder:
         """An ownership action of a node running ``ownership.core`` (all of the run,
         warm-up included: an interval may start before measuring does)."""
         self.ownership_log.record(node.index, action, self.sim.now)
+        key = (node.index, action.partition)
+        if isinstance(action, Release):
+            self._releasing.add(key)
+        elif isinstance(action, Ended):
+            if key in self._releasing:
+                self._releasing.discard(key)
+            elif self.active:
+                self._dropped[node.index] = self._dropped.get(node.index, 0) + 1
+        elif isinstance(action, Acquired):
+            self._releasing.discard(key)
+
+    def _drops(self) -> dict[str, int]:
+        """Exclusive ownership: partitions dropped (ownership ended without a handoff) while
+        measuring, in all and by *healthy* members (never crashed, stalled, slowed, cut off,
+        restarted or left). A healthy member should never drop a partition because another
+        member died (issue 29 item 6)."""
+        if not self.ownership_log.records:
+            return {}
+        return {"dropped_partitions": sum(self._dropped.values()),
+                "healthy_dropped_partitions": sum(n for i, n in self._dropped.items() if i not in self.faulted)}
 
     def _lease_ends(self) -> dict[int, float]:
         """Per node still owning at the end: when its lease ends. A node frozen until after the
@@ -322,6 +348,7 @@ class Recorder:
             "dual_ownership_partition_s": round(self.dual_ps, 3),
             "orphan_partition_s": round(self.orphan_ps, 3),
             **self.ownership_log.summary(t0, end, self.partitions, self._lease_ends()),
+            **self._drops(),
             "datagrams_per_member_s": round(datagrams / node_s, 3),
             "bytes_per_member_s": round(bytes_ / node_s, 1),
             "max_datagram_bytes": sim.max_datagram,
