@@ -50,7 +50,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from simulations.metrics import percentiles  # nearest-rank, as the simulator reports them
+from simulations.stats import percentiles  # nearest-rank, as the simulator reports them
 
 from host_cluster import Cluster, Hosts, Loopback, _free_port, alive
 from ownership_sampler import Round

@@ -132,7 +132,7 @@ class Cluster:
             return cmd + ([f"-retry-join=127.0.0.1:{SERF_BIND}", "-retry-interval=1s"] if i else [])
         if self.variant in NODE_PORTS:
             gossip, http = NODE_PORTS[self.variant]
-            cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i}",
+            cmd = [sys.executable, "-m", "placement_cli", "node", "--id", f"n{i}",
                    "--gossip", f"127.0.0.1:{gossip + i}", "--http", f"127.0.0.1:{http + i}",
                    "--partitions", "4096", "--replicas", "2", "--work-sink"]
             if self.variant == "node-available":

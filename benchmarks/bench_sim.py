@@ -41,8 +41,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.append(ROOT)  # after PYTHONPATH, so a mypyc build there is used
 
 from simulations.cluster import progress_bar  # noqa: E402
-from simulations.metrics import percentiles  # noqa: E402
 from simulations.scenarios import run_scenario  # noqa: E402
+from simulations.stats import percentiles  # noqa: E402
 
 
 def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:

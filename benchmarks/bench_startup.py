@@ -8,9 +8,9 @@ figure is printed as a ratio to the floor (a minimal FastAPI app's spawn -> firs
 
 1. ``python -c pass``, ``python -c "import fastapi, uvicorn"`` and a minimal FastAPI app (one
    route, served by uvicorn as the node is: spawn -> its first 200): the floor;
-2. ``import placement.service.cli`` + ``build_parser()``: what every ``placement`` command pays before
+2. ``import placement_cli.main`` + ``build_parser()``: what every ``placement`` command pays before
    it parses its flags;
-3. ``python -m placement.service.cli node ...`` alone (a new cluster), then a second node joining it
+3. ``python -m placement_cli node ...`` alone (a new cluster), then a second node joining it
    (a fresh pair each run): spawn -> ``/healthz`` 200 and -> ``/readyz`` 200 (which also waits
    for the view to settle, ``settle_s`` = 1 s, and in exclusive mode for a quorum lease);
 4. the node path under ``python -X importtime`` once: the costliest top-level imports
@@ -73,7 +73,7 @@ def _wait_200(proc: subprocess.Popen, port: int, path: str, t0: float, poll_s: f
 
 
 def _node_cmd(node_id: str, gossip: int, http_port: int, join: int | None, importtime: bool = False) -> list[str]:
-    cmd = [PY, *(["-X", "importtime"] if importtime else []), "-m", "placement.service.cli", "node", "--id", node_id,
+    cmd = [PY, *(["-X", "importtime"] if importtime else []), "-m", "placement_cli", "node", "--id", node_id,
            "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http_port}"]
     return cmd + (["--join", f"127.0.0.1:{join}"] if join is not None else [])
 
@@ -175,7 +175,7 @@ def _check_checkout(root: str) -> None:
 
 REFERENCES = (("pass", "`python -c pass`"), ("fastapi", '`python -c "import fastapi, uvicorn"`'),
               ("minimal", "minimal FastAPI app on uvicorn: spawn -> 200"))
-PER_CHECKOUT = (("cli", "`import placement.service.cli` + `build_parser()`"),
+PER_CHECKOUT = (("cli", "`import placement_cli.main` + `build_parser()`"),
                 ("h1", "node alone: spawn -> `/healthz` 200"), ("r1", "node alone: spawn -> `/readyz` 200"),
                 ("h2", "node joining it: spawn -> `/healthz` 200"), ("r2", "node joining it: spawn -> `/readyz` 200"))
 
@@ -202,7 +202,7 @@ def main() -> None:
         ref["fastapi"].append(time_command("import fastapi, uvicorn", HERE))
         ref["minimal"].append(time_minimal_app(poll_s))
         for root in roots:
-            got[root]["cli"].append(time_command("import placement.service.cli as c; c.build_parser()", root))
+            got[root]["cli"].append(time_command("import placement_cli.main as c; c.build_parser()", root))
             for key, t in zip(("h1", "r1", "h2", "r2"), time_pair(root, poll_s)):
                 got[root][key].append(t)
     floor = statistics.median(ref["minimal"])
@@ -225,7 +225,7 @@ def main() -> None:
               f"(worst {1000 * worst:.0f} ms)")
     for root in roots:
         imports = import_offenders(root, poll_s)
-        print(f"\nTop-level imports of `placement.service.cli node` in `{root}` up to `/healthz` 200 (one run, "
+        print(f"\nTop-level imports of `placement_cli.main node` in `{root}` up to `/healthz` 200 (one run, "
               f"-X importtime): {len(imports)} taking {sum(r[2] for r in imports):.0f} ms in all; the costliest:\n")
         print("| module | self | cumulative |\n|---|---|---|")
         for name, self_ms, cum_ms in imports[:args.top]:

@@ -57,7 +57,7 @@ def _strip(obj):
 
 def run_one(argv: list[str]) -> dict:
     out = subprocess.run(
-        [sys.executable, "-P", "-m", "placement.service.cli", "simulate", *argv, "--json", "--quiet"],
+        [sys.executable, "-P", "-m", "placement_cli", "simulate", *argv, "--json", "--quiet"],
         capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"simulate {' '.join(argv)} failed ({out.returncode}):\n{out.stderr}")

@@ -207,6 +207,12 @@ def http_url(text: str) -> str:
     return text
 
 
+def env_variable(flag: str) -> str:
+    """The environment variable of a command-line flag: ``--gossip-advertise`` ->
+    ``PLACEMENT_GOSSIP_ADVERTISE``."""
+    return "PLACEMENT_" + flag[2:].replace("-", "_").upper()
+
+
 def env_value(variable: str, text: str, parse: Callable[[str], T]) -> T:
     """``parse(text)`` for an environment variable: a bad value names the variable."""
     try:

@@ -16,6 +16,8 @@ from typing import Any
 
 from ownership import Acquired, Ended, Release
 
+from .stats import percentiles
+
 __all__ = ["OwnershipLog", "overlaps"]
 
 
@@ -111,8 +113,6 @@ class OwnershipLog:
                 lease_ends: dict[int, float] | None = None) -> dict[str, Any]:
         """``lease_ends``: per node, when its lease ends; an interval still open ends then if
         that is before ``end`` (the node is frozen and has not noticed yet)."""
-        from .metrics import percentiles  # metrics imports this module
-
         if not self.records:
             return {"exclusive": False}
         per: dict[int, list] = {p: list(v) for p, v in self.closed.items()}

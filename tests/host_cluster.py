@@ -50,7 +50,7 @@ class Hosts:
     def start(self, name: str, args: Sequence[str], command: str = "node") -> subprocess.Popen:
         """Run ``placement COMMAND ARGS`` (node, or witness) as host ``name``."""
         log = open(self.logdir / f"{name}.log", "ab")
-        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement.service.cli", command, *args]
+        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement_cli", command, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from placement.errors import PlacementError
-from placement.service import node_cli
-from placement.service.cli import main
+from placement.service import http_server, node_cli, node_flags
+from placement_cli.main import main
 
 
 def _value_column(line: str) -> int:
@@ -49,7 +49,7 @@ def assert_one_line(err: str, *names: str) -> None:
 def no_node(monkeypatch):
     """A bad node flag must fail before a node starts: starting one fails the test."""
     monkeypatch.setattr(node_cli, "serve", lambda *a: pytest.fail("bad input reached serve()"))
-    for name in [f.variable for f in node_cli.NODE_FLAGS]:
+    for name in [f.variable for f in node_flags.NODE_FLAGS]:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -200,9 +200,9 @@ def test_a_bad_variable_is_one_line_naming_it_and_its_value(name, value, monkeyp
 def test_node_variables_are_read_when_no_flag_is_given(monkeypatch):
     env = {"PLACEMENT_ID": "n7", "PLACEMENT_WEIGHT": "2.5", "PLACEMENT_JOIN": "a:1, b:2", "PLACEMENT_TAG": "zone=x",
            "PLACEMENT_PARTITIONS": "512", "PLACEMENT_GOSSIP": "127.0.0.1:7100"}
-    from placement.service.cli import build_parser
+    from placement_cli.main import build_parser
 
-    config, http = node_cli.config_from_args(build_parser().parse_args(["node", "--weight", "3"]), env)
+    config, http = node_flags.config_from_args(build_parser().parse_args(["node", "--weight", "3"]), env)
     assert (config.node_id, config.weight, config.join, dict(config.tags)) == ("n7", 3.0, (("a", 1), ("b", 2)),
                                                                               {"zone": "x"})
     assert (config.partitions, config.gossip_bind, http) == (512, ("127.0.0.1", 7100), ("127.0.0.1", 8001))
@@ -214,17 +214,17 @@ def test_a_witness_reads_the_variables_of_its_flags_and_not_those_about_work(mon
     env = {"PLACEMENT_ID": "w7", "PLACEMENT_JOIN": "dns:placement-gossip:7001", "PLACEMENT_PARTITIONS": "512",
            "PLACEMENT_WEIGHT": "2.5", "PLACEMENT_WORKER": "mod:factory", "PLACEMENT_HANDOFF_TIMEOUT": "9",
            "PLACEMENT_OWNERSHIP": "exclusive"}
-    from placement.service.cli import build_parser
+    from placement_cli.main import build_parser
 
-    config, http = node_cli.witness_config_from_args(build_parser().parse_args(["witness"]), env)
+    config, http = node_flags.witness_config_from_args(build_parser().parse_args(["witness"]), env)
     assert (config.node_id, config.weight, config.partitions, config.ownership) == ("w7", 0.0, 512, "exclusive")
     assert str(config.join[0]) == "dns:placement-gossip:7001" and config.exclusive.handoff_timeout_s == 5.0
     assert http is None and config.http_advertise == ""  # no HTTP server unless --http
-    config, http = node_cli.witness_config_from_args(
+    config, http = node_flags.witness_config_from_args(
         build_parser().parse_args(["witness", "--http", "127.0.0.1:8009"]), env)
     assert http == ("127.0.0.1", 8009) and config.http_advertise == "http://127.0.0.1:8009"
     with pytest.raises(PlacementError, match="PLACEMENT_OWNERSHIP='available': a witness votes in exclusive"):
-        node_cli.witness_config_from_args(build_parser().parse_args(["witness"]),
+        node_flags.witness_config_from_args(build_parser().parse_args(["witness"]),
                                           {**env, "PLACEMENT_OWNERSHIP": "available"})
 
 
@@ -248,7 +248,7 @@ def test_witness_help_lists_the_cluster_flags_and_not_the_work_flags(capsys):
     for flag in ("--id", "--gossip", "--join", "--key-file", "--cluster", "--partitions", "--replicas", "--seed",
                  "--http"):
         assert flag in out, flag
-    for flag in node_cli.WITNESS_REFUSES:
+    for flag in node_flags.WITNESS_REFUSES:
         assert flag not in out, flag
 
 
@@ -307,7 +307,7 @@ def test_a_busy_gossip_port_names_the_address_and_the_flag():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
         busy.bind(("127.0.0.1", 0))
         port = busy.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "placement.service.cli", "node", "--id", "n1",
+        r = subprocess.run([sys.executable, "-m", "placement_cli", "node", "--id", "n1",
                             "--gossip", f"127.0.0.1:{port}", "--http", "127.0.0.1:0"],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
@@ -320,13 +320,13 @@ def test_a_busy_http_port_names_the_address_and_the_flag(capsys):
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(PlacementError, match=rf"HTTP 127\.0\.0\.1:{port} \(--http or PLACEMENT_HTTP\)"):
-            node_cli._listen_http(("127.0.0.1", port))
+            http_server.listen_http(("127.0.0.1", port))
 
 
 def test_a_bad_variable_while_the_parser_is_built_breaks_nothing():
     """The reported crash: PLACEMENT_WEIGHT=abc broke every subcommand (a real process, real env)."""
     env = {"PLACEMENT_WEIGHT": "abc", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    r = subprocess.run([sys.executable, "-m", "placement.service.cli", "demo", "--partitions", "64"],
+    r = subprocess.run([sys.executable, "-m", "placement_cli", "demo", "--partitions", "64"],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and r.stderr == ""
 

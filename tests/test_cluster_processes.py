@@ -47,7 +47,7 @@ def cluster():
     procs, urls = [], [f"http://127.0.0.1:{p}" for p in http]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for i in range(4):
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}",
+        cmd = [sys.executable, "-m", "placement_cli", "node", "--id", f"n{i + 1}",
                "--gossip", f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024"]
         if i:
             cmd += ["--join", f"127.0.0.1:{gossip[0]}"]

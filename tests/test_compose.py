@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from placement.service.cli import build_parser
-from placement.service.node_cli import config_from_args
+from placement.service.node_flags import config_from_args
+from placement_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -34,7 +34,7 @@ def three_nodes():
     urls = [f"http://127.0.0.1:{p}" for p in http]
     procs = []
     for i in range(3):
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", f"n{i + 1}", "--gossip",
+        cmd = [sys.executable, "-m", "placement_cli", "node", "--id", f"n{i + 1}", "--gossip",
                f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024", "--replicas", "2"]
         if i:
             cmd += ["--join", f"127.0.0.1:{gossip[0]}"]

@@ -10,10 +10,10 @@ import httpx
 import pytest
 import uvicorn
 
-from placement.service.cli import main
 from placement.service.console.status import collect, render
 from placement.service.http_api import create_app
 from placement.service.node import Node, NodeConfig
+from placement_cli.main import main
 
 from test_node import FAST, eventually
 from test_node_exclusive import QUICK

@@ -37,9 +37,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from placement.service.cli import DEMO_MEMBERS, build_parser
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
+from placement_cli.main import DEMO_MEMBERS, build_parser
 
 from test_cluster_processes import poll
 from test_node_lifecycle import interrupt_as_a_terminal_does, kill_session
@@ -285,12 +285,13 @@ NOT_RUN: dict[str, str] = {
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
     "cd deploy/k8s && kustomize edit set image placement-service=REGISTRY/placement-service:0.1.0 && cd -":
         "no kustomize here (test_the_image_name_is_the_one_kustomize_sets checks the name it sets)",
-    "zip -r placement_pkgs.zip placement membership simulations spark_jobs": "part of the YARN example (no YARN here)",
+    "zip -r placement_pkgs.zip placement placement_cli membership ownership simulations spark_jobs":
+        "part of the YARN example (no YARN here)",
     "venv-pack -o env.tar.gz": "part of the YARN example (no YARN, no venv-pack here)",
     "spark-submit --master yarn --py-files placement_pkgs.zip --jars \"$(python -m spark_jobs.jvm)\" --archives "
     "env.tar.gz#env --conf spark.pyspark.python=./env/bin/python spark_jobs/submit.py spark-route --input "
     "hdfs:///work/items --key-column key --url http://node-1:8001 --deliver": "no YARN or HDFS here",
-    "zip -qr placement_pkgs.zip placement membership simulations spark_jobs":
+    "zip -qr placement_pkgs.zip placement placement_cli membership ownership simulations spark_jobs":
         "part of the spark-submit example below it",
     "$SPARK_HOME/bin/spark-submit --master spark://127.0.0.1:7077 --py-files placement_pkgs.zip --jars "
     "\"$(python -m spark_jobs.jvm)\" --conf spark.executor.memory=512m --conf "
@@ -362,7 +363,7 @@ def make_home(path: Path) -> Path:
     interpreter (whose packages are this checkout's: PYTHONPATH)."""
     bin_dir = path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    for name, args in (("placement", "-m placement.service.cli "), ("python", "")):
+    for name, args in (("placement", "-m placement_cli "), ("python", "")):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}"$@"\n')
         (bin_dir / name).chmod(0o755)
     for name in ("Makefile", "pyproject.toml"):

@@ -41,7 +41,7 @@ class Cluster:
 
     def start(self, name: str) -> None:
         i = int(name[1:]) - 1
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", name,
+        cmd = [sys.executable, "-m", "placement_cli", "node", "--id", name,
                "--gossip", f"127.0.0.1:{self.gossip[i]}", "--http", f"127.0.0.1:{self.http[i]}",
                "--partitions", str(P), "--worker", "sqlite_worker:Recorder"]
         if name != "n1":

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from placement.service.cli import build_parser
-from placement.service.node_cli import config_from_args, witness_config_from_args
+from placement.service.node_flags import config_from_args, witness_config_from_args
+from placement_cli.main import build_parser
 
 kv = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]' (kubernetes-validate)")
 
@@ -175,7 +175,7 @@ def test_the_prestop_hook_makes_a_node_leave_and_exit():
     script = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert script[:2] == ["python", "-c"]
     gossip, http = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
-    node = subprocess.Popen([sys.executable, "-m", "placement.service.cli", "node", "--id", "p0",
+    node = subprocess.Popen([sys.executable, "-m", "placement_cli", "node", "--id", "p0",
                              "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http}", "--partitions", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert node.stdout is not None

@@ -8,8 +8,10 @@ The same check against a wheel in a fresh virtualenv (which needs PyPI) is a man
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 # Service side only: the web framework and server, the HTTP client, metrics, gossip encryption,
 # the gossip code itself, and the service subpackage.
@@ -77,3 +79,104 @@ except ImportError as exc:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "forced: numba is service-only" in r.stdout
+
+
+# ----- layers and cycles (issue 32 item 3) ------------------------------------------------------
+
+_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGES = ("membership", "placement", "ownership", "simulations", "spark_jobs", "placement_cli")
+
+#: What each layer may import of the project (besides itself). Layers point down: gossip and the
+#: placement math at the bottom; the ownership protocol and the client library on the math; the
+#: simulator and the service on those; the Spark jobs on the simulator and the client; the
+#: ``placement`` command (placement_cli) above everything, gathering every layer's subcommands.
+_ALLOWED = {
+    "membership": set(),
+    "placement": {"membership"},  # argtypes parses dns: seeds with membership.seeds (lazily)
+    "placement.client": {"placement"},
+    "ownership": {"placement"},
+    "simulations": {"membership", "ownership", "placement"},
+    "placement.service": {"membership", "ownership", "placement", "placement.client"},
+    "spark_jobs": {"placement", "placement.client", "simulations"},
+    "placement_cli": {"membership", "ownership", "placement", "placement.client", "simulations",
+                      "placement.service", "spark_jobs"},
+}
+#: Scripts run as files, not imported: each is a root of its own.
+_ENTRY_SCRIPTS = {"spark_jobs.submit": "spark-submit takes a file; it runs the `placement` command"}
+
+
+def _layer(module: str) -> str | None:
+    for prefix in ("placement.service", "placement.client", "placement_cli", *_PACKAGES):
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix
+    return None
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in _PACKAGES:
+        for path in sorted((_ROOT / package).rglob("*.py")):
+            parts = path.relative_to(_ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project modules ``module`` imports anywhere in its file (function-level imports
+    included: a lazy import is still an arrow), resolved to modules that exist."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            # "from pkg import name": the submodule pkg.name if there is one, else pkg itself
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {m: _imports(m, p, known) for m, p in known.items()}
+
+
+def test_layers_point_down():
+    wrong = sorted((m, i) for m, imported in _graph().items() if m not in _ENTRY_SCRIPTS for i in imported
+                   if _layer(i) != _layer(m) and _layer(i) not in _ALLOWED[_layer(m) or ""])
+    assert not wrong, f"imports against the layers (tests/test_layout.py, _ALLOWED): {wrong}"
+
+
+def test_no_import_cycles():
+    """No module reaches itself through imports, lazy ones included (a package's ``__init__``
+    re-exporting its own modules is no cycle: those modules never import the package back)."""
+    graph = _graph()
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append([*path[path.index(n):], n])
+            elif n not in state:
+                visit(n)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, f"import cycles: {cycles}"

@@ -1,4 +1,4 @@
-"""``placement node``'s HTTP server (``node_cli.http_server``): uvicorn with no periodic tick,
+"""``placement node``'s HTTP server (``http_server.http_server``): uvicorn with no periodic tick,
 the Date header made per response by ``DateHeader``, and an idle node's application loop with
 no timer at all (issue 14: each wake-up of an idle thread costs ~240 us of CPU on the test box)."""
 
@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from placement.service.http_api import create_app
+from placement.service.http_server import DateHeader, _server_class, http_server, listen_http
 from placement.service.node import Node
-from placement.service.node_cli import DateHeader, _listen_http, _server_class, http_server
 from placement.service.node_thread import _BusyRuns
 
 from test_node_exclusive import config, eventually
@@ -88,7 +88,7 @@ def test_an_idle_node_and_its_http_server_leave_no_timer_on_the_application_loop
         loop = asyncio.get_running_loop()
         async with Node(config("h1")) as node:
             await eventually(lambda: len(node.owned_partitions()) > 0, what="the node owns its partitions")
-            sock = _listen_http(("127.0.0.1", 0))
+            sock = listen_http(("127.0.0.1", 0))
             port = sock.getsockname()[1]
             server = http_server(create_app(node), ("127.0.0.1", port))
             serving = asyncio.create_task(server.serve(sockets=[sock]))

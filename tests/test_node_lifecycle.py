@@ -52,7 +52,7 @@ class NodeProcess:
         self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
-        cmd = [sys.executable, "-m", "placement.service.cli", "node", "--id", node_id,
+        cmd = [sys.executable, "-m", "placement_cli", "node", "--id", node_id,
                "--gossip", f"127.0.0.1:{self.gossip}", "--http", f"{http_host}:{self.http}", *flags]
         if http_host != "127.0.0.1":
             cmd += ["--http-advertise", self.url]
@@ -183,7 +183,7 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
     urls = [f"http://127.0.0.1:{http + i}" for i in range(2)]
     log = tmp_path / "cluster.out"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "placement.service.cli", "cluster", "--nodes", "2",
+        proc = subprocess.Popen([sys.executable, "-m", "placement_cli", "cluster", "--nodes", "2",
                                  "--partitions", "64", "--gossip-port", str(gossip), "--http-port", str(http)],
                                 env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=interrupt_as_a_terminal_does)

@@ -9,9 +9,9 @@ import pytest
 
 from simulations.cluster import Cluster, SwimSystem
 from simulations.engine import InvariantViolation
-from simulations.metrics import percentiles
 from simulations.nodes import SwimNode
 from simulations.scenarios import SCENARIOS, run_scenario
+from simulations.stats import percentiles
 
 REQUIRED_KEYS = {
     "scenario", "nodes", "seed", "simulated_s", "wall_s", "detection_s", "false_deaths",

@@ -1,6 +1,6 @@
 """The Spark subcommands' errors are clear before any JVM starts (no Spark session needed)."""
 
-from placement.service.cli import main
+from placement_cli.main import main
 
 
 def test_missing_java_says_what_to_install(monkeypatch, capsys, tmp_path):

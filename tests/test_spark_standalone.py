@@ -48,7 +48,7 @@ def driver_env(cluster, **extra: str) -> dict[str, str]:
 
 
 def placement_cli(cluster, *args: str) -> list[str]:
-    return [sys.executable, "-m", "placement.service.cli", *args, "--master", cluster.master_url]
+    return [sys.executable, "-m", "placement_cli", *args, "--master", cluster.master_url]
 
 
 def run(cluster, *args: str, **env: str) -> subprocess.CompletedProcess:

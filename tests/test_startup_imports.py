@@ -27,7 +27,7 @@ async def report(self, sockets=None):
     print(" ".join(sys.modules), flush=True)
     os._exit(0)
 uvicorn.Server.startup = report
-from placement.service.cli import main
+from placement_cli.main import main
 main(["node", "--id", "n1", "--gossip", "127.0.0.1:0", "--http", "127.0.0.1:0"])
 """
 
@@ -46,7 +46,7 @@ def _unwanted(modules: set[str]) -> list[str]:
 
 
 def test_the_command_line_parser_imports_no_web_framework_and_nothing_optional():
-    modules = _modules('import sys, placement.service.cli as c; c.build_parser(); print(" ".join(sys.modules))')
+    modules = _modules('import sys, placement_cli.main as c; c.build_parser(); print(" ".join(sys.modules))')
     web = sorted(m for m in modules if m.split(".")[0] in ("fastapi", "starlette", "uvicorn", "pydantic"))
     assert _unwanted(modules) == [] and web == []
 

@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # mypy and ruff
-CLEAN_PATHS = ("placement", "ownership", "spark_jobs", "membership", "simulations", "benchmarks", "tests")
+CLEAN_PATHS = ("placement", "placement_cli", "ownership", "spark_jobs", "membership", "simulations", "benchmarks",
+               "tests")
 LINT_CLEAN_PATHS = CLEAN_PATHS  # ruff checks the same paths
 
 

@@ -85,7 +85,7 @@ def test_a_witness_without_http_joins_votes_and_leaves_on_sigterm(tmp_path):
         c.settled(timeout_s=60)
         with log.open("w") as out:
             witness = subprocess.Popen(
-                [sys.executable, "-m", "placement.service.cli", "witness", "--id", "w", "--gossip",
+                [sys.executable, "-m", "placement_cli", "witness", "--id", "w", "--gossip",
                  f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}", "--partitions", str(P), "--join", hosts.gossip("n1")],
                 stdout=out, stderr=subprocess.STDOUT)
         url = f"http://{hosts.http('n1')}"

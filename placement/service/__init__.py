@@ -6,7 +6,8 @@
 ``workers``         one task per owned partition (``--worker MODULE:NAME``)
 ``http_api``        the FastAPI app (``/v1/...``, ``/metrics``); ``guard`` its ownership check
 ``console``         the operators' console and ``placement status``
-``node_cli``        ``placement node | members | owners | cluster``; ``cli`` the ``placement`` command
+``node_cli``        ``placement node | witness | members | owners | cluster`` (the ``placement`` command
+                    itself, which gathers these, is ``placement_cli``: it sits above the service)
 
 Installed with the ``service`` extra (``pip install 'placement-service[service]'``): fastapi,
 uvicorn, prometheus-client, cryptography (gossip encryption) and httpx. Nothing in ``placement``

@@ -244,7 +244,7 @@ class LocalSinkCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from placement.service.node_cli import add_node_arguments, config_from_args
+    from placement.service.node_flags import add_node_arguments, config_from_args
 
     parser = argparse.ArgumentParser(prog="python -m placement.service.work_sink", description=__doc__.split("\n\n")[0])
     add_node_arguments(parser)

@@ -1,4 +1,8 @@
-"""The ``placement`` command line. Subcommands grow with the project (node, cluster, ...).
+"""The ``placement`` command line: the root that gathers every package's subcommands.
+
+It sits above the layers it imports (the service's ``node``/``status`` commands, the simulator's
+``simulate``, the Spark jobs' ``spark-*``), so none of them imports another upwards to be on the
+command line (tests/test_layout.py keeps it so). Its own commands are the placement math's:
 
     placement demo                         # placement of a demo membership, with a join and a leave
     placement table --member n1=1 --member n2=2 --partitions 4096 --replicas 2 [--json]
@@ -12,15 +16,14 @@ import sys
 import time
 from collections.abc import Sequence
 
+from placement import argtypes
+from placement.argtypes import read_members
+from placement.errors import NoOwnerError, PlacementError
+from placement.service import node_cli
+from placement.service.console import status
+from placement.table import PlacementTable
 from simulations import cli as simulations_cli
 from spark_jobs import cli as spark_cli
-
-from .. import argtypes
-from ..argtypes import read_members
-from ..errors import NoOwnerError, PlacementError
-from ..table import PlacementTable
-from . import node_cli
-from .console import status
 
 # Modules that contribute subcommands: each has add_subcommands(subparsers), whose parsers set
 # ``func`` (called with the parsed args; returns the exit status). simulations and spark_jobs

@@ -1,0 +1,155 @@
+"""The HTTP server a node runs: uvicorn with no signal handling and no periodic tick, the
+``Date`` header added per response (``DateHeader``), and the listening socket bound up front so a
+port in use is a one-line error naming the flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from .. import argtypes
+from ..errors import PlacementError
+
+if TYPE_CHECKING:
+    import uvicorn
+
+
+_Message = MutableMapping[str, Any]  # an ASGI scope or event
+_Receive = Callable[[], Awaitable[_Message]]
+_Send = Callable[[_Message], Awaitable[None]]
+_ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
+
+
+def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
+    """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
+    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``.
+    Its config is loaded here (the protocol modules imported), not when it starts serving."""
+    import uvicorn
+
+    config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
+                            date_header=False)
+    config.load()
+    return _server_class()(config)
+
+
+class DateHeader:
+    """ASGI middleware: a ``Date`` header on every HTTP response, as uvicorn's own would be.
+
+    uvicorn adds the header from a value its ``main_loop`` refreshes on a timer (once a second,
+    on a loop that wakes ten times a second); the node's server has no such tick (an idle
+    node's application loop wakes for nothing: docs/benchmarks-log.md, "Idle CPU side by side
+    with Serf, fifth pass"), so it runs with ``date_header=False`` and the header is made here, when a
+    response starts: ``email.utils.formatdate(usegmt=True)`` of the whole second, as uvicorn
+    formats it (RFC 9110's IMF-fixdate), computed once per second. A response that has a Date
+    of its own keeps it. ``clock``: seconds since the epoch (tests give their own).
+
+    Not dated any more: a 500 that uvicorn sends when the app fails before it starts a response
+    (FastAPI's own 500s go through here; RFC 9110 section 6.6.1 makes Date optional on 5xx), and
+    websocket handshakes, which the node does not serve. uvicorn's 400 to a request it cannot
+    parse never had one with its h11 protocol (the one used here: httptools is not installed),
+    which sends it without the default headers."""
+
+    def __init__(self, app: _ASGIApp, clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self._clock = clock
+        self._date: tuple[int, bytes] = (-1, b"")  # (second, its header value): replaced whole
+
+    def date(self) -> bytes:
+        second = int(self._clock())
+        cached = self._date
+        if cached[0] != second:
+            cached = (second, email.utils.formatdate(second, usegmt=True).encode("ascii"))
+            self._date = cached
+        return cached[1]
+
+    async def __call__(self, scope: _Message, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_dated(message: _Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"date" for name, _ in headers):
+                    message = {**message, "headers": [(b"date", self.date()), *headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_dated)
+
+
+def _server_class() -> type[uvicorn.Server]:
+    """Built when a node starts: uvicorn is imported then, not with this module."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handling and without a periodic tick.
+
+        Signals: we handle them (leave first, then stop). uvicorn >= 0.29 captures SIGINT/SIGTERM
+        in serve(), stops serving at once and raises the signal again afterwards: the node then
+        saw its HTTP server gone and stopped abruptly.
+
+        Tick: uvicorn's ``main_loop`` wakes every 0.1 s and calls ``on_tick``, which (uvicorn
+        0.54) refreshes the default headers (Date and Server) every tenth call, awaits
+        ``config.callback_notify`` every ``timeout_notify`` seconds, and returns True to stop
+        when ``should_exit`` is set or ``limit_max_requests`` is reached. Ten wake-ups a second
+        of an idle node's loop, then one (issue 14: idle CPU); here none. ``on_tick`` runs once
+        at the start (it sets the default headers: Server only, as the config has
+        ``date_header=False``; the Date header is ``DateHeader``'s) and ``main_loop`` then waits
+        for ``should_exit``, an event here, so setting it wakes the server at once. The node
+        sets neither ``limit_max_requests`` nor ``callback_notify``, which would need the tick:
+        a config that does is refused."""
+
+        def __init__(self, config: uvicorn.Config) -> None:
+            if config.limit_max_requests is not None or config.callback_notify is not None:
+                raise ValueError("this server has no tick: limit_max_requests and callback_notify are not supported")
+            self._exit = asyncio.Event()
+            super().__init__(config)
+
+        @property
+        def should_exit(self) -> bool:
+            return self._exit.is_set()
+
+        @should_exit.setter
+        def should_exit(self, value: bool) -> None:
+            if value:
+                self._exit.set()
+            else:
+                self._exit.clear()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+        async def main_loop(self) -> None:
+            if not await self.on_tick(0):  # the default headers; True if should_exit is already set
+                await self._exit.wait()
+
+    return Server
+
+
+def bind_error(what: str, flag: str, addr: tuple[str, int], exc: OSError) -> PlacementError:
+    return PlacementError(f"cannot bind {what} {addr[0]}:{addr[1]} ({flag} or {argtypes.env_variable(flag)}): "
+                          f"{exc.strerror or exc}")
+
+
+def listen_http(addr: tuple[str, int]) -> socket.socket:
+    """The HTTP listening socket, bound here so a busy or foreign address names ``--http``."""
+    try:
+        family = socket.getaddrinfo(addr[0], addr[1], type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: rebind in TIME_WAIT
+            sock.bind(addr)
+            sock.listen(2048)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    except OSError as exc:
+        raise bind_error("HTTP", "--http", addr, exc) from None
