@@ -12,8 +12,8 @@ import pytest
 
 from placement.service.http_api import create_app
 from placement.service.http_server import DateHeader, _server_class, http_server, listen_http
+from placement.service.loop_lag import _BusyRuns
 from placement.service.node import Node
-from placement.service.node_thread import _BusyRuns
 
 from test_node_exclusive import config, eventually
 

@@ -13,7 +13,8 @@ import pytest
 
 from membership import MemberEvent, MembershipConfig, Meta
 from membership.aio import start_member
-from placement.service.node_thread import AppLoopLag, Mailbox, MembershipThread, _BusyRuns, _LagTimer
+from placement.service.loop_lag import AppLoopLag, _BusyRuns, _LagTimer
+from placement.service.node_thread import Mailbox, MembershipThread
 
 
 def test_a_mailbox_runs_posts_from_another_thread_in_order_once_opened_and_isolates_errors(caplog):

@@ -3,6 +3,9 @@
 ``node``            the composition root: gossip (``membership``) + placement + ownership cores
 ``node_ownership``  drives the pure ownership cores (``ownership.core``) with the live view
 ``node_thread``     gossip and leases on a thread of their own; ``node_sync`` its blocking API
+``loop_lag``        how long the application's loop is blocked (a gauge with no timer)
+``node_flags``      the flags of ``placement node``/``witness`` and the ``NodeConfig`` they make
+``http_server``     the node's uvicorn server (no tick, the Date header, the bound socket)
 ``workers``         one task per owned partition (``--worker MODULE:NAME``)
 ``http_api``        the FastAPI app (``/v1/...``, ``/metrics``); ``guard`` its ownership check
 ``console``         the operators' console and ``placement status``

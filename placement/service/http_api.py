@@ -330,7 +330,7 @@ class _NodeCollector:
         yield CounterMetricFamily("placement_callback_errors", "Exceptions raised by ownership callbacks "
                                   "(logged with the partition; the node carries on)",
                                   value=self.node.callback_errors)
-        lag = getattr(self.node, "app_loop_lag_s", None)  # placement.service.node_thread.AppLoopLag
+        lag = getattr(self.node, "app_loop_lag_s", None)  # placement.service.loop_lag.AppLoopLag
         if lag is not None:
             yield GaugeMetricFamily("placement_app_loop_lag_seconds", "How late the application's event loop "
                                     "would run a timer: its longest run between two waits for I/O of the last "

@@ -336,7 +336,7 @@ class Node:
 
     @property
     def app_loop_lag_s(self) -> float:
-        """How late the application's loop would run a timer (``node_thread.AppLoopLag``): its
+        """How late the application's loop would run a timer (``loop_lag.AppLoopLag``): its
         longest busy run of the last minute, or how long it has been busy right now (seconds)."""
         return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 

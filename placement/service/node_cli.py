@@ -57,7 +57,7 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
     done = asyncio.Event()
     # The HTTP app and server are built (their modules imported) before the node starts: after
     # it, the ~70 ms this takes (~1 s when 16 nodes start at once on 2 cores) is the first
-    # block of the application loop its lag gauge sees and logs (node_thread.AppLoopLag).
+    # block of the application loop its lag gauge sees and logs (loop_lag.AppLoopLag).
     server = None
     if http is not None:
         if work_sink:
