@@ -26,6 +26,12 @@ _Send = Callable[[_Message], Awaitable[None]]
 _ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
 
 
+#: How long the server waits, once it stops listening, for the requests still in flight: the node
+#: has left by then and answered its long-polls and event streams (``Node.leave``), so only
+#: requests that take longer than this are cut off (issue 30: exit within 2 s of SIGTERM).
+GRACEFUL_SHUTDOWN_S = 1.0
+
+
 def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
     """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
     signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``.
@@ -33,7 +39,7 @@ def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
     import uvicorn
 
     config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
-                            date_header=False)
+                            date_header=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     config.load()
     return _server_class()(config)
 

@@ -36,17 +36,21 @@ from .workers import PartitionProcessor, PartitionWorkers
 if TYPE_CHECKING:
     import httpx
 
+    from .work_sink import WorkLog
+
 
 def _say(node_id: str, text: str) -> None:
     print(f"[{node_id}] {text}", flush=True)
 
 
 async def serve(config: NodeConfig, http: tuple[str, int] | None,
-                worker: Callable[[], PartitionProcessor] | None = None, work_sink: bool = False) -> int:
+                worker: Callable[[], PartitionProcessor] | None = None, work_sink: bool = False,
+                work_log: WorkLog | None = None) -> int:
     """Run one node until SIGTERM/SIGINT (graceful leave) or POST /v1/leave; with ``worker``,
     one processor per owned partition (``placement.service.workers``). ``work_sink``: also accept
     ``POST /v1/work`` (``placement.service.work_sink``: records what it receives), so that
-    ``spark-route --deliver`` has a receiver. ``http`` None (a witness without ``--http``): no
+    ``spark-route --deliver`` has a receiver (``work_log``: where it records them; default a new
+    ``WorkLog``). ``http`` None (a witness without ``--http``): no
     HTTP server, and its modules are never imported."""
     # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr,
     # and what the cluster survives whenever that changes (INFO when all is well).
@@ -63,7 +67,7 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
         if work_sink:
             from placement.service.work_sink import create_sink_app  # (only a --work-sink node needs it)
 
-            app = create_sink_app(node, admin_token=config.admin_token, on_leave=done.set)
+            app = create_sink_app(node, work_log, admin_token=config.admin_token, on_leave=done.set)
         else:
             from .http_api import create_app
 

@@ -10,11 +10,12 @@ The delivery contract (what any receiving application implements):
   batch and has taken all of them. The response carries the node's own placement checksum in
   ``X-Placement-Checksum``; if it differs from the request's the sender refreshes its snapshot
   for later batches (these items are delivered: the receiver checked ownership itself).
-* ``421 Misdirected Request``: the node does not lead some key (or is leaving); it took *none* of
+* ``421 Misdirected Request``: the node does not lead some key; it took *none* of
   the batch, so the sender refreshes its snapshot and re-routes the whole batch. All-or-nothing
   keeps the accounting exact: an item is delivered by exactly one 200.
-* ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it yet (a
-  handoff under way, or ownership paused); it took none of the batch; the sender retries later.
+* ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it (a
+  handoff under way, ownership paused, or the node is leaving: its leave is not announced yet);
+  it took none of the batch; the sender retries later.
 * Receivers are idempotent on ``(job, id)``: a retry after a lost response, or a Spark task
   retried after a failure, re-sends items the receiver already has; it counts them as
   duplicates and does not process them again.
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import threading
 from collections import Counter
@@ -135,7 +135,7 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
             if not node.owns(item.key):  # not the leader, not yet holding it, or leaving: take none
                 log.misdirected()
                 owner = (node.table.lookup(item.key) or ("",))[0]
-                if owner == node.node_id and not node.leaving:
+                if owner == node.node_id:  # handed over, paused, or leaving: retry shortly (issue 30)
                     raise NotYetOwned(node, item.key)
                 raise Misdirected(owner, node.snapshot.address(owner), checksum, WORK_PATH)
         accepted, duplicates = log.accept(batch)
@@ -143,18 +143,6 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
         return {"accepted": accepted, "duplicates": duplicates}
 
     return app
-
-
-async def serve_sink(node: Node, host: str, port: int, log: WorkLog | None = None) -> None:
-    """Serve ``create_sink_app(node, log)`` until cancelled, then leave the cluster."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(create_sink_app(node, log), host=host, port=port, log_level="warning",
-                                           lifespan="off"))
-    try:
-        await server.serve()
-    finally:
-        await node.leave()
 
 
 class LocalSinkCluster:
@@ -259,14 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         parser.error(f"--journal {args.journal}: {exc.strerror or exc}")
 
-    async def run() -> None:
-        node = await Node(config).start()
-        print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
-        await serve_sink(node, host, port, log)
+    # As ``placement node --work-sink`` (issue 30): on SIGTERM/SIGINT it leaves first (hands its
+    # partitions over, answers its long-polls and event streams), then stops its HTTP server.
+    from placement.service.node_cli import serve
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
-    return 0
+    print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
+    return asyncio.run(serve(config, (host, port), work_sink=True, work_log=log))
 
 
 if __name__ == "__main__":

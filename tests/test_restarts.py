@@ -1,0 +1,97 @@
+"""Issue 30: a node told to stop (SIGTERM) exits within 2 s whatever is open on its HTTP API, and
+answers what is open - a placement long-poll, an event stream - cleanly before it goes.
+
+Real node processes on loopback: ``placement node --work-sink`` and ``python -m
+placement.service.work_sink`` (the issue's measurements used the second)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from test_cluster_processes import poll
+from test_node_lifecycle import NodeProcess
+
+pytestmark = pytest.mark.slow
+
+MODULES = {"node": "placement_cli node --work-sink", "work_sink": "placement.service.work_sink"}
+
+
+def _long_poll(url: str, etag: str, out: dict[str, Any]) -> None:
+    start = time.monotonic()
+    try:
+        r = httpx.get(f"{url}/v1/placement", params={"after": etag, "wait": 25}, timeout=40)
+        out["status"], out["headers"], out["body"] = r.status_code, r.headers, r.text
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+    out["took"] = time.monotonic() - start
+
+
+def _event_stream(url: str, out: dict[str, Any], opened: threading.Event) -> None:
+    start = time.monotonic()
+    lines: list[str] = []
+    try:
+        with httpx.stream("GET", f"{url}/v1/events", headers={"Accept": "text/event-stream"}, timeout=40) as r:
+            out["status"] = r.status_code
+            opened.set()
+            for line in r.iter_lines():
+                lines.append(line)
+        out["ended"] = "cleanly"
+    except httpx.HTTPError as exc:
+        out["error"] = repr(exc)
+    out["lines"], out["took"] = lines, time.monotonic() - start
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_path, module):
+    started: list[NodeProcess] = []
+    try:
+        first = NodeProcess(tmp_path, "n1", "--partitions", "256", module=MODULES[module])
+        started.append(first)
+        poll(lambda: first.get("/healthz").status_code == 200, 20, "n1 up")
+        second = NodeProcess(tmp_path, "n2", "--partitions", "256", "--join", first.seed, module=MODULES[module])
+        started.append(second)
+        poll(lambda: second.get("/readyz").status_code == 200 and first.get("/readyz").status_code == 200
+             and second.get("/v1/placement").json()["checksum"] == first.get("/v1/placement").json()["checksum"]
+             and second.get("/v1/ownership").json()["owned"], 30, "n2 joined, ready and owning")
+        etag = second.get("/v1/placement").json()["etag"]
+        polled: dict[str, Any] = {}
+        streamed: dict[str, Any] = {}
+        opened = threading.Event()
+        threads = [threading.Thread(target=_long_poll, args=(second.url, etag, polled)),
+                   threading.Thread(target=_event_stream, args=(second.url, streamed, opened))]
+        for t in threads:
+            t.start()
+        assert opened.wait(5)
+        time.sleep(0.5)  # the long-poll is waiting in the node
+        start = time.monotonic()
+        second.proc.send_signal(signal.SIGTERM)
+        code = second.wait_exit(30)
+        took = time.monotonic() - start
+        for t in threads:
+            t.join(30)
+        print(f"{module}: exit after SIGTERM {took:.2f} s; long-poll {polled}; stream {streamed.get('ended')} "
+              f"after {streamed.get('took', 0):.2f} s, last lines {streamed.get('lines', [])[-3:]}")
+        assert code == 0, second.output()
+        assert took <= 2.0, f"exit took {took:.2f} s:\n{second.output()}"
+        # The long-poll is answered: a 503 that says the node is leaving, with Retry-After (the
+        # client asks another node), or a new snapshot.
+        assert "error" not in polled, polled
+        if polled["status"] == 503:
+            assert "leaving" in polled["body"] and "retry-after" in polled["headers"], polled
+        else:
+            assert polled["status"] == 200, polled
+        # The event stream ends cleanly (a complete chunked body), after telling why.
+        assert streamed.get("ended") == "cleanly", streamed
+        assert any("leaving" in line for line in streamed["lines"]), streamed["lines"][-5:]
+        # The rest of the cluster sees a leave, not a death.
+        poll(lambda: any(m["id"] == "n2" and m["status"] == "left" for m in first.get("/v1/members").json()), 5,
+             "n1 sees n2 as left")
+    finally:
+        for n in started:
+            n.stop()
