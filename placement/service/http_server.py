@@ -29,7 +29,7 @@ _ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
 #: How long the server waits, once it stops listening, for the requests still in flight: the node
 #: has left by then and answered its long-polls and event streams (``Node.leave``), so only
 #: requests that take longer than this are cut off (issue 30: exit within 2 s of SIGTERM).
-GRACEFUL_SHUTDOWN_S = 1.0
+GRACEFUL_SHUTDOWN_S = 1  # (uvicorn types it as whole seconds)
 
 
 def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
