@@ -151,6 +151,11 @@ def listen_http(addr: tuple[str, int]) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: rebind in TIME_WAIT
+            # Accepted connections inherit it. Without it every response on a kept-alive connection
+            # waited ~40 ms (Nagle's algorithm against the client's delayed ACK): measured p50 44 ms
+            # for GET /healthz on loopback, 0.5 ms with it (issue 30's benchmark found it).
+            if family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind(addr)
             sock.listen(2048)
         except OSError:
