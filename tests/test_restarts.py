@@ -1,11 +1,12 @@
 """Issue 30: a node told to stop (SIGTERM) exits within 2 s whatever is open on its HTTP API, and
-answers what is open - a placement long-poll, an event stream - cleanly before it goes.
-
-Real node processes on loopback: ``placement node --work-sink`` and ``python -m
-placement.service.work_sink`` (the issue's measurements used the second)."""
+answers what is open - a placement long-poll, an event stream - cleanly before it goes (real
+node processes on loopback: ``placement node --work-sink`` and ``python -m
+placement.service.work_sink``, which the issue's measurements used); a request that reaches
+the new owner of a partition during the handoff to it waits for the handoff (``guard.held``)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -14,10 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from placement import PlacementTable
+from placement.service import guard
+
 from test_cluster_processes import poll
 from test_node_lifecycle import NodeProcess
-
-pytestmark = pytest.mark.slow
 
 MODULES = {"node": "placement_cli node --work-sink", "work_sink": "placement.service.work_sink"}
 
@@ -47,6 +49,7 @@ def _event_stream(url: str, out: dict[str, Any], opened: threading.Event) -> Non
     out["lines"], out["took"] = lines, time.monotonic() - start
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_path, module):
     started: list[NodeProcess] = []
@@ -95,3 +98,46 @@ def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_pa
     finally:
         for n in started:
             n.stop()
+
+
+class HandoffNode:
+    """What ``guard.held`` reads: n1 leads every key of a one-member table; ``holds`` and
+    ``leaving`` are set by the test."""
+
+    node_id = "n1"
+
+    def __init__(self) -> None:
+        self.table = PlacementTable.build({"n1": 1.0}, partitions=8)
+        self.holds = False
+        self.leaving = False
+
+    @property
+    def snapshot(self):  # (not read by held)
+        raise AssertionError
+
+    def owns(self, key: str | bytes) -> bool:
+        return self.holds
+
+
+def test_a_request_waits_for_a_handoff_under_way_and_not_for_a_leaving_node():
+    async def main() -> list[tuple[bool, float]]:
+        results = []
+        node = HandoffNode()
+        loop = asyncio.get_running_loop()
+
+        async def timed(timeout_s: float) -> tuple[bool, float]:
+            t0 = loop.time()
+            return await guard.held(node, "k", timeout_s), loop.time() - t0
+
+        loop.call_later(0.2, setattr, node, "holds", True)  # the handoff ends
+        results.append(await timed(2.0))
+        node.holds = False
+        results.append(await timed(0.3))  # not in time: the 503 after the wait
+        node.leaving = True
+        results.append(await timed(2.0))  # leaving: at once
+        return results
+
+    (arrived, took), (late, waited), (leaving, at_once) = asyncio.run(main())
+    assert arrived and 0.15 < took < 1.0
+    assert not late and 0.3 <= waited < 1.0
+    assert not leaving and at_once < 0.05

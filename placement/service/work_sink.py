@@ -14,8 +14,9 @@ The delivery contract (what any receiving application implements):
   the batch, so the sender refreshes its snapshot and re-routes the whole batch. All-or-nothing
   keeps the accounting exact: an item is delivered by exactly one 200.
 * ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it (a
-  handoff under way, ownership paused, or the node is leaving: its leave is not announced yet);
-  it took none of the batch; the sender retries later.
+  handoff under way and not done within ``guard.HANDOFF_WAIT_S``, ownership paused, or the
+  node is leaving: its leave is not announced yet); it took none of the batch; the sender
+  retries later.
 * Receivers are idempotent on ``(job, id)``: a retry after a lost response, or a Spark task
   retried after a failure, re-sends items the receiver already has; it counts them as
   duplicates and does not process them again.
@@ -39,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.service.guard import Misdirected, NotYetOwned
+from placement.service.guard import Misdirected, NotYetOwned, held
 from placement.service.http_api import create_app
 from placement.service.node import Node
 
@@ -130,16 +131,15 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
 
     @app.post(WORK_PATH)
     async def work(batch: WorkBatch, response: Response) -> dict[str, int]:
-        checksum = node.table.checksum
         for item in batch.items:
-            if not node.owns(item.key):  # not the leader, not yet holding it, or leaving: take none
+            if not await held(node, item.key):  # not the leader, not held (waited for a handoff), or leaving
                 log.misdirected()
                 owner = (node.table.lookup(item.key) or ("",))[0]
                 if owner == node.node_id:  # handed over, paused, or leaving: retry shortly (issue 30)
-                    raise NotYetOwned(node, item.key)
-                raise Misdirected(owner, node.snapshot.address(owner), checksum, WORK_PATH)
+                    raise NotYetOwned(node, item.key, waited=not node.leaving)
+                raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, WORK_PATH)
         accepted, duplicates = log.accept(batch)
-        response.headers[CHECKSUM_HEADER] = checksum
+        response.headers[CHECKSUM_HEADER] = node.table.checksum
         return {"accepted": accepted, "duplicates": duplicates}
 
     return app
