@@ -160,7 +160,8 @@ class Load:
                 self.item_phase[item] = phase
             key = f"item-{item}"
             body = {"job": JOB, "items": [{"id": item, "key": key}]}
-            Counting.local.answers = answers = []
+            answers: list[str] = []
+            Counting.local.answers = answers
             t0 = time.monotonic()
             try:
                 r = self.client.request("POST", key, "/v1/work", idempotent=True, spread=False, json=body)

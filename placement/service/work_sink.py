@@ -145,6 +145,15 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
     return app
 
 
+def sink_app_factory(admin_token: str | None, log: WorkLog | None = None):
+    """``node_serve.serve``'s ``app_factory`` for a work sink recording into ``log``."""
+
+    def make(node: Node, on_leave) -> FastAPI:
+        return create_sink_app(node, log, admin_token=admin_token, on_leave=on_leave)
+
+    return make
+
+
 class LocalSinkCluster:
     """``n`` in-process nodes on loopback, each serving ``create_sink_app``, on one event loop in
     a background thread: for tests, benchmarks and demos (Spark's Python workers are separate
@@ -249,10 +258,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # As ``placement node --work-sink`` (issue 30): on SIGTERM/SIGINT it leaves first (hands its
     # partitions over, answers its long-polls and event streams), then stops its HTTP server.
-    from placement.service.node_cli import serve
+    from placement.service.node_serve import serve
 
     print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
-    return asyncio.run(serve(config, (host, port), work_sink=True, work_log=log))
+    return asyncio.run(serve(config, (host, port), app_factory=sink_app_factory(config.admin_token, log)))
 
 
 if __name__ == "__main__":
