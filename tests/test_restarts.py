@@ -7,6 +7,7 @@ the new owner of a partition during the handoff to it waits for the handoff (``g
 from __future__ import annotations
 
 import asyncio
+import collections
 import signal
 import threading
 import time
@@ -49,9 +50,26 @@ def _event_stream(url: str, out: dict[str, Any], opened: threading.Event) -> Non
     out["lines"], out["took"] = lines, time.monotonic() - start
 
 
+def _work(url: str, keys: list[str], answers: list[str], stop: threading.Event) -> None:
+    """POST /v1/work for keys n2 leads until ``stop``, a new connection each (no keep-alive race):
+    every answer's status, or the name of the error that stopped it."""
+    n = 0
+    while not stop.is_set():
+        key = keys[n % len(keys)]
+        n += 1
+        body = {"job": "sigterm", "items": [{"id": n, "key": key}]}
+        try:
+            r = httpx.post(f"{url}/v1/work", json=body, timeout=10)
+            answers.append(str(r.status_code))
+        except httpx.HTTPError as exc:
+            answers.append(type(exc).__name__)
+            if isinstance(exc, httpx.ConnectError):
+                return  # the node stopped listening: nothing was sent
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_path, module):
+def test_sigterm_exits_within_2_s_and_answers_open_long_polls_streams_and_requests(tmp_path, module):
     started: list[NodeProcess] = []
     try:
         first = NodeProcess(tmp_path, "n1", "--partitions", "256", module=MODULES[module])
@@ -66,8 +84,13 @@ def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_pa
         polled: dict[str, Any] = {}
         streamed: dict[str, Any] = {}
         opened = threading.Event()
+        mine = [f"k{i}" for i in range(2000)]
+        led = httpx.post(f"{second.url}/v1/route", json={"keys": mine}, timeout=5).json()["routes"]["n2"]["keys"]
+        answers: list[str] = []
+        stop = threading.Event()
         threads = [threading.Thread(target=_long_poll, args=(second.url, etag, polled)),
-                   threading.Thread(target=_event_stream, args=(second.url, streamed, opened))]
+                   threading.Thread(target=_event_stream, args=(second.url, streamed, opened)),
+                   threading.Thread(target=_work, args=(second.url, led, answers, stop))]
         for t in threads:
             t.start()
         assert opened.wait(5)
@@ -76,9 +99,11 @@ def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_pa
         second.proc.send_signal(signal.SIGTERM)
         code = second.wait_exit(30)
         took = time.monotonic() - start
+        stop.set()
         for t in threads:
             t.join(30)
-        print(f"{module}: exit after SIGTERM {took:.2f} s; long-poll {polled}; stream {streamed.get('ended')} "
+        print(f"{module}: exit after SIGTERM {took:.2f} s; answers {collections.Counter(answers)}; long-poll {polled}; "
+              f"stream {streamed.get('ended')} "
               f"after {streamed.get('took', 0):.2f} s, last lines {streamed.get('lines', [])[-3:]}")
         assert code == 0, second.output()
         assert took <= 2.0, f"exit took {took:.2f} s:\n{second.output()}"
@@ -92,6 +117,11 @@ def test_sigterm_exits_within_2_s_and_answers_open_long_polls_and_streams(tmp_pa
         # The event stream ends cleanly (a complete chunked body), after telling why.
         assert streamed.get("ended") == "cleanly", streamed
         assert any("leaving" in line for line in streamed["lines"]), streamed["lines"][-5:]
+        # Requests in flight or sent during the leave got an answer: taken (200), or "not here,
+        # retry" (503 while leaving, 421 once its leave is announced); then no connection (not
+        # sent). Never a connection dropped under a request (its outcome unknown).
+        assert answers and answers[0] == "200", answers[:5]
+        assert set(answers) <= {"200", "421", "503", "ConnectError"}, collections.Counter(answers)
         # The rest of the cluster sees a leave, not a death.
         poll(lambda: any(m["id"] == "n2" and m["status"] == "left" for m in first.get("/v1/members").json()), 5,
              "n1 sees n2 as left")
