@@ -47,10 +47,13 @@ class Hosts:
 
     def up(self) -> None: ...
 
-    def start(self, name: str, args: Sequence[str], command: str = "node") -> subprocess.Popen:
-        """Run ``placement COMMAND ARGS`` (node, or witness) as host ``name``."""
+    def start(self, name: str, args: Sequence[str], command: str = "node",
+              module: str = "placement_cli") -> subprocess.Popen:
+        """Run ``placement COMMAND ARGS`` (node, or witness) as host ``name``; with ``module``
+        another than ``placement_cli``, ``python -m MODULE ARGS`` (e.g. ``placement.service.work_sink``)."""
         log = open(self.logdir / f"{name}.log", "ab")
-        cmd = [*self.command_prefix(name), sys.executable, "-m", "placement_cli", command, *args]
+        what = [command] if module == "placement_cli" else []
+        cmd = [*self.command_prefix(name), sys.executable, "-m", module, *what, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()

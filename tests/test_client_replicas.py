@@ -1,7 +1,9 @@
 """Replica-aware requests of the client library, sync and async, against httpx.MockTransport.
 
 Three members a, b, c with replicas = 3, so every key has all three; the mock serves the
-placement snapshot and answers (or fails) per host, and records where each request went."""
+placement snapshot and answers (or fails) per host, and records where each request went. The
+clients retry nothing past their first round (``NO_RETRIES``): the retries until a deadline are
+``tests/test_client_core.py``'s, on a fake clock."""
 
 import asyncio
 import collections
@@ -9,11 +11,18 @@ import collections
 import httpx
 import pytest
 
-from placement.client import CHECKSUM_HEADER, AsyncPlacementClient, NoReplicaReachableError, PlacementClient
+from placement.client import (
+    CHECKSUM_HEADER,
+    AsyncPlacementClient,
+    NoReplicaReachableError,
+    PlacementClient,
+    RetryPolicy,
+)
 from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 
 KEY = "order-42"
+NO_RETRIES = RetryPolicy(deadline_s=0)
 
 
 def snapshot(members):
@@ -50,7 +59,8 @@ class Cluster:
 
 class SyncDriver:
     def __init__(self, cluster):
-        self.client = PlacementClient("http://a.test", refresh=False, transport=httpx.MockTransport(cluster.handle))
+        self.client = PlacementClient("http://a.test", refresh=False, transport=httpx.MockTransport(cluster.handle),
+                                      retry=NO_RETRIES)
 
     def request(self, method, idempotent):
         return self.client.request(method, KEY, "/thing", idempotent=idempotent)
@@ -63,7 +73,7 @@ class AsyncDriver:
     def __init__(self, cluster):
         self.loop = asyncio.new_event_loop()
         self.client = self.loop.run_until_complete(AsyncPlacementClient.connect(
-            "http://a.test", refresh=False, transport=httpx.MockTransport(cluster.handle)))
+            "http://a.test", refresh=False, transport=httpx.MockTransport(cluster.handle), retry=NO_RETRIES))
 
     def request(self, method, idempotent):
         return self.loop.run_until_complete(self.client.request(method, KEY, "/thing", idempotent=idempotent))
@@ -106,7 +116,7 @@ def test_other_requests_go_to_the_leader_and_are_not_sent_elsewhere(setup):
         assert driver.request("POST", idempotent=False).json()["served_by"] == cluster.owners[0]
     assert cluster.hits == {cluster.owners[0]: 5}
     cluster.down = {cluster.owners[0]}
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises(NoReplicaReachableError, match="no answer from the leader"):  # (not sent: no connection)
         driver.request("POST", idempotent=False)
     assert sum(cluster.hits.values()) == 5  # no replica got the write
 

@@ -281,6 +281,10 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_hosts.py --nodes 3 --witness --kills 6 --footprint 60 --out witness-kills.jsonl":
         "a benchmark of minutes with real processes; its figures are in docs/ownership.md (tests/"
         "test_witness_processes.py runs the same cluster and kill, smaller)",
+    "python benchmarks/bench_restarts.py": "a benchmark of a minute with real processes; its figures are in "
+                                           "docs/deploy.md (tests/test_restarts.py runs its SIGTERM scenario)",
+    "python benchmarks/bench_restarts.py --nodes 10 --at-once 2": "a benchmark of a minute with 10 real processes; "
+                                                                  "its figures are in docs/deploy.md",
     "docker build -t REGISTRY/placement-service:0.1.0 .": "no Docker engine here (tests/test_compose.py checks "
                                                           "the Dockerfile's ENTRYPOINT and the compose commands)",
     "cd deploy/k8s && kustomize edit set image placement-service=REGISTRY/placement-service:0.1.0 && cd -":

@@ -117,3 +117,44 @@ def test_an_idle_node_and_its_http_server_leave_no_timer_on_the_application_loop
             assert time.monotonic() - started < 5
 
     asyncio.run(main())
+
+
+def test_responses_on_a_kept_alive_connection_are_not_held_by_nagle():
+    """``listen_http`` sets TCP_NODELAY, which accepted connections inherit: without it each
+    response on a kept-alive connection waited ~40 ms for the client's delayed ACK (measured p50
+    44 ms for ``GET /healthz`` on loopback; 0.5 ms with it)."""
+    import socket
+    import statistics
+
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/x")
+    async def x() -> dict[str, int]:
+        return {"a": 1}
+
+    async def main() -> float:
+        sock = listen_http(("127.0.0.1", 0))
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        port = sock.getsockname()[1]
+        server = http_server(app, ("127.0.0.1", port))
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        await eventually(lambda: server.started, what="the server started")
+
+        def requests() -> float:
+            times = []
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:  # one connection, kept alive
+                for _ in range(21):
+                    t0 = time.perf_counter()
+                    assert client.get("/x").status_code == 200
+                    times.append(time.perf_counter() - t0)
+            return statistics.median(times[1:])
+
+        median = await asyncio.to_thread(requests)
+        server.should_exit = True
+        await asyncio.wait_for(serving, 10)
+        return median
+
+    median = asyncio.run(main())
+    assert median < 0.02, f"median {median * 1000:.1f} ms per request"

@@ -47,12 +47,12 @@ class NodeProcess:
     ``env`` is added to the environment."""
 
     def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None, http_host: str = "127.0.0.1",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, module: str = "placement_cli node") -> None:
         (self.gossip,), (self.http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
         self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
-        cmd = [sys.executable, "-m", "placement_cli", "node", "--id", node_id,
+        cmd = [sys.executable, "-m", *module.split(), "--id", node_id,
                "--gossip", f"127.0.0.1:{self.gossip}", "--http", f"{http_host}:{self.http}", *flags]
         if http_host != "127.0.0.1":
             cmd += ["--http-advertise", self.url]

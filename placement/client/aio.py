@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 
 from ..snapshot import PlacementSnapshot
-from .core import MSGPACK, Call, ClientCore, Done, Outcome, Plan, RoutingView, advance
+from .core import MSGPACK, Call, ClientCore, Done, Outcome, Plan, RetryPolicy, RoutingView, advance
 
 T = TypeVar("T")
 
@@ -24,8 +24,8 @@ class AsyncPlacementClient(RoutingView):
     """asyncio client (httpx). Create with ``await AsyncPlacementClient.connect(urls)``."""
 
     def __init__(self, urls: str | Sequence[str], *, long_poll_s: float = 25.0, timeout_s: float = 5.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._core = ClientCore(urls, long_poll_s=long_poll_s)
+                 transport: httpx.AsyncBaseTransport | None = None, retry: RetryPolicy | None = None) -> None:
+        self._core = ClientCore(urls, long_poll_s=long_poll_s, retry=retry)
         self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport, headers={"Accept": MSGPACK})
         self._task: asyncio.Task[None] | None = None
 
@@ -60,9 +60,10 @@ class AsyncPlacementClient(RoutingView):
             await self._run(self._core.poll())
 
     async def request(self, method: str, key: str | bytes, path: str, *, idempotent: bool = False,
-                      **kwargs: Any) -> httpx.Response:
+                      spread: bool | None = None, retry: RetryPolicy | None = None, **kwargs: Any) -> httpx.Response:
         """As ``PlacementClient.request``."""
-        return await self._run(self._core.request(method, key, path, idempotent=idempotent, **kwargs))
+        return await self._run(self._core.request(method, key, path, idempotent=idempotent, spread=spread,
+                                                  retry=retry, **kwargs))
 
     async def aclose(self) -> None:
         if self._task is not None:

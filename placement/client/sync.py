@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import httpx
 
 from ..snapshot import PlacementSnapshot
-from .core import MSGPACK, Call, ClientCore, Done, Outcome, Plan, RoutingView, advance
+from .core import MSGPACK, Call, ClientCore, Done, Outcome, Plan, RetryPolicy, RoutingView, advance
 
 T = TypeVar("T")
 
@@ -23,8 +23,9 @@ class PlacementClient(RoutingView):
     """Synchronous client (httpx). Thread-safe for lookups; refreshes in a daemon thread."""
 
     def __init__(self, urls: str | Sequence[str], *, refresh: bool = True, long_poll_s: float = 25.0,
-                 timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
-        self._core = ClientCore(urls, long_poll_s=long_poll_s)
+                 timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self._core = ClientCore(urls, long_poll_s=long_poll_s, retry=retry)
         self._http = httpx.Client(timeout=timeout_s, transport=transport, headers={"Accept": MSGPACK})
         self._stop = threading.Event()
         self._run(self._core.refresh())
@@ -60,10 +61,14 @@ class PlacementClient(RoutingView):
                     raise
 
     def request(self, method: str, key: str | bytes, path: str, *, idempotent: bool = False,
-                **kwargs: Any) -> httpx.Response:
-        """Send a request for ``key``: to its leader, or (``idempotent``) to any of its replicas,
-        failing over to the next; refresh and retry once on 421 or a stale checksum."""
-        return self._run(self._core.request(method, key, path, idempotent=idempotent, **kwargs))
+                spread: bool | None = None, retry: RetryPolicy | None = None, **kwargs: Any) -> httpx.Response:
+        """Send a request for ``key``: to its leader, or (``spread``, by default ``idempotent``) to
+        any of its replicas, failing over to the next. Retried until ``retry``'s deadline (default:
+        the client's ``RetryPolicy``): after a 421 (refreshed), a 503 with ``Retry-After``, no
+        connection; after a lost connection only when ``idempotent`` (else ``OutcomeUnknownError``).
+        Rules: ``placement.client.core``."""
+        return self._run(self._core.request(method, key, path, idempotent=idempotent, spread=spread, retry=retry,
+                                            **kwargs))
 
     def close(self) -> None:
         self._stop.set()

@@ -11,6 +11,8 @@
 ``console``         the operators' console and ``placement status``
 ``node_cli``        ``placement node | witness | members | owners | cluster`` (the ``placement`` command
                     itself, which gathers these, is ``placement_cli``: it sits above the service)
+``node_serve``      runs one node process (HTTP server, reports, graceful leave on SIGTERM)
+``work_sink``       the example receiver of ``POST /v1/work`` (``python -m placement.service.work_sink``)
 
 Installed with the ``service`` extra (``pip install 'placement-service[service]'``): fastapi,
 uvicorn, prometheus-client, cryptography (gossip encryption) and httpx. Nothing in ``placement``

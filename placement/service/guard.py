@@ -9,8 +9,11 @@ Applications that embed a ``Node`` in their FastAPI app add the dependency::
     async def create(key: str = Depends(owned)): ...
 
 A request for a key whose partition this node leads but does not hold yet (exclusive mode: the
-handoff is under way, or ownership is paused) gets ``503`` with ``Retry-After``: nobody may
-serve it now, and it will be this node's shortly.
+handoff is under way, or ownership is paused) waits for it up to ``HANDOFF_WAIT_S`` and is
+served as soon as it arrives; after that it gets ``503`` with ``Retry-After``: nobody may serve
+it now, and it will be this node's shortly. (Issue 30: clients route to a node that joins as
+soon as they hear of it, a second or two before the handoff to it ends; with a 503 at once and
+``Retry-After: 1``, requests of a rolling restart waited 2-3 s, in whole seconds.)
 
 A misdirected request gets a 421 problem body naming the current owner, with its address in
 ``Location`` and the headers the client library reads (``X-Placement-Owner``,
@@ -21,6 +24,8 @@ problem handler renders it; a plain FastAPI app renders it with its default hand
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -30,6 +35,12 @@ from starlette.exceptions import HTTPException
 from ..client import CHECKSUM_HEADER, OWNER_HEADER
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
+
+#: How long a request waits for a partition this node leads but does not hold yet (a handoff
+#: to it under way) before the 503.
+HANDOFF_WAIT_S = 2.0
+#: How often it looks while it waits.
+HANDOFF_POLL_S = 0.02
 
 
 class OwnerNode(Protocol):
@@ -60,14 +71,28 @@ class Misdirected(HTTPException):
 class NotYetOwned(HTTPException):
     """503 + ``Retry-After``: this node leads the key's partition but does not hold it (yet): in
     exclusive mode it is still being handed over, or ownership is paused (no quorum lease), or
-    the node is leaving. Nobody else may take the request either, so the client waits."""
+    the node is leaving. Nobody else may take the request either, so the client waits.
+    ``waited``: the request already waited ``HANDOFF_WAIT_S`` for it here, so it may come back
+    at once (``Retry-After: 0``: it waits here again); otherwise ``Retry-After: 1``."""
 
-    def __init__(self, node: OwnerNode, key: str) -> None:
+    def __init__(self, node: OwnerNode, key: str, waited: bool = False) -> None:
         paused = getattr(node, "paused", None)
         why = (f"ownership is paused: {paused}" if paused else "this node is leaving" if getattr(node, "leaving", False)
                else f"partition {node.table.partition_of(key)} is being handed over to this node")
         super().__init__(503, f"this node leads the key but does not hold it yet ({why}); retry shortly",
-                         {"Retry-After": "1"})
+                         {"Retry-After": "0" if waited else "1"})
+
+
+async def held(node: OwnerNode, key: str | bytes, timeout_s: float = HANDOFF_WAIT_S) -> bool:
+    """Whether ``node`` holds ``key`` (``owns``), waiting up to ``timeout_s`` while it leads the
+    key, does not hold it yet, and is not leaving (a node that leaves will not receive it)."""
+    deadline = time.monotonic() + timeout_s
+    while not node.owns(key):
+        if (getattr(node, "leaving", False) or time.monotonic() >= deadline
+                or node.table.lookup(key)[0] != node.node_id):
+            return False
+        await asyncio.sleep(HANDOFF_POLL_S)
+    return True
 
 
 def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request], Awaitable[str]]:
@@ -83,8 +108,8 @@ def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request]
         owner = node.table.lookup(key)[0]
         if owner != node.node_id:
             raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, request.url.path)
-        if not node.owns(key):
-            raise NotYetOwned(node, key)
+        if not await held(node, key):
+            raise NotYetOwned(node, key, waited=not getattr(node, "leaving", False))
         return key
 
     return dependency

@@ -206,6 +206,8 @@ def problem(status: int, title: str, detail: str, headers: Mapping[str, str] | N
 
 #: How long a client should wait before asking a node that has not joined yet again.
 NOT_JOINED_RETRY_S = 2
+#: Retry-After of a node that is leaving: a client asks another node at once.
+LEAVING_RETRY_S = 0
 
 
 def _not_joined(node: NodeLike) -> Response | None:
@@ -216,6 +218,15 @@ def _not_joined(node: NodeLike) -> Response | None:
     return problem(503, "Not joined", "this node has not joined the cluster yet (no member has answered "
                    "through its seeds), so it cannot say who owns what: ask another node, or retry",
                    {"Retry-After": str(NOT_JOINED_RETRY_S)})
+
+
+def _leaving(node: NodeLike) -> Response | None:
+    """503 from a node that is leaving (issue 30): a long-poll open on it is answered at once, and
+    a client asks another node for its snapshot (``Retry-After`` 0: at once)."""
+    if not getattr(node, "leaving", False):
+        return None
+    return problem(503, "Leaving", "this node is leaving the cluster (it hands its partitions over, then stops): "
+                   "ask another node", {"Retry-After": str(LEAVING_RETRY_S)})
 
 
 def _loopback(request: Request) -> bool:
@@ -412,6 +423,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         snap = node.snapshot
         if after is not None and wait > 0:
             snap = await node.wait_for_change(after, wait)
+        if (refusal := _leaving(node)) is not None:
+            return refusal
         etag = f'"{snap.etag}"'
         if if_none_match == etag:
             return Response(status_code=304, headers={"ETag": etag})

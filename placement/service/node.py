@@ -276,6 +276,12 @@ class Node:
         if self._member is None or self._thread is None or self._leaving or self._closed:
             return  # not started, already leaving, or stopped abruptly (close): nothing to hand on
         self._leaving = True
+        # Say so first (issue 30): open long-polls answer now (the HTTP API answers them with a
+        # 503 that names the leave, so a client moves its long-poll to another node) and event
+        # streams end after this event, so nothing open holds the process after the leave.
+        self.events.append("leaving", self.node_id, "leaving the cluster: handing its partitions over, then "
+                           "stopping; ask another node", time.time())
+        self._changed.set()
         runner, thread = self._runner, self._thread
         if runner is not None:
             # Hand every partition on first (bounded by the release deadline), then leave.
@@ -495,8 +501,9 @@ class Node:
             self._leaderships[name].remove(check)
 
     async def wait_for_change(self, etag: str, timeout_s: float) -> PlacementSnapshot:
-        """Return the snapshot once its etag differs from ``etag`` (or after the timeout)."""
-        if self.snapshot.etag == etag:
+        """Return the snapshot once its etag differs from ``etag`` (or after the timeout), or at
+        once when this node is leaving (then the answer would not change before it is gone)."""
+        if self.snapshot.etag == etag and not self._leaving:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout_s)
         return self.snapshot

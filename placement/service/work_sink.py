@@ -10,11 +10,13 @@ The delivery contract (what any receiving application implements):
   batch and has taken all of them. The response carries the node's own placement checksum in
   ``X-Placement-Checksum``; if it differs from the request's the sender refreshes its snapshot
   for later batches (these items are delivered: the receiver checked ownership itself).
-* ``421 Misdirected Request``: the node does not lead some key (or is leaving); it took *none* of
+* ``421 Misdirected Request``: the node does not lead some key; it took *none* of
   the batch, so the sender refreshes its snapshot and re-routes the whole batch. All-or-nothing
   keeps the accounting exact: an item is delivered by exactly one 200.
-* ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it yet (a
-  handoff under way, or ownership paused); it took none of the batch; the sender retries later.
+* ``503`` with ``Retry-After``: the node leads some key's partition but does not hold it (a
+  handoff under way and not done within ``guard.HANDOFF_WAIT_S``, ownership paused, or the
+  node is leaving: its leave is not announced yet); it took none of the batch; the sender
+  retries later.
 * Receivers are idempotent on ``(job, id)``: a retry after a lost response, or a Spark task
   retried after a failure, re-sends items the receiver already has; it counts them as
   duplicates and does not process them again.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import threading
 from collections import Counter
@@ -39,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.service.guard import Misdirected, NotYetOwned
+from placement.service.guard import Misdirected, NotYetOwned, held
 from placement.service.http_api import create_app
 from placement.service.node import Node
 
@@ -130,31 +131,27 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
 
     @app.post(WORK_PATH)
     async def work(batch: WorkBatch, response: Response) -> dict[str, int]:
-        checksum = node.table.checksum
         for item in batch.items:
-            if not node.owns(item.key):  # not the leader, not yet holding it, or leaving: take none
+            if not await held(node, item.key):  # not the leader, not held (waited for a handoff), or leaving
                 log.misdirected()
                 owner = (node.table.lookup(item.key) or ("",))[0]
-                if owner == node.node_id and not node.leaving:
-                    raise NotYetOwned(node, item.key)
-                raise Misdirected(owner, node.snapshot.address(owner), checksum, WORK_PATH)
+                if owner == node.node_id:  # handed over, paused, or leaving: retry shortly (issue 30)
+                    raise NotYetOwned(node, item.key, waited=not node.leaving)
+                raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, WORK_PATH)
         accepted, duplicates = log.accept(batch)
-        response.headers[CHECKSUM_HEADER] = checksum
+        response.headers[CHECKSUM_HEADER] = node.table.checksum
         return {"accepted": accepted, "duplicates": duplicates}
 
     return app
 
 
-async def serve_sink(node: Node, host: str, port: int, log: WorkLog | None = None) -> None:
-    """Serve ``create_sink_app(node, log)`` until cancelled, then leave the cluster."""
-    import uvicorn
+def sink_app_factory(admin_token: str | None, log: WorkLog | None = None):
+    """``node_serve.serve``'s ``app_factory`` for a work sink recording into ``log``."""
 
-    server = uvicorn.Server(uvicorn.Config(create_sink_app(node, log), host=host, port=port, log_level="warning",
-                                           lifespan="off"))
-    try:
-        await server.serve()
-    finally:
-        await node.leave()
+    def make(node: Node, on_leave) -> FastAPI:
+        return create_sink_app(node, log, admin_token=admin_token, on_leave=on_leave)
+
+    return make
 
 
 class LocalSinkCluster:
@@ -259,14 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         parser.error(f"--journal {args.journal}: {exc.strerror or exc}")
 
-    async def run() -> None:
-        node = await Node(config).start()
-        print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
-        await serve_sink(node, host, port, log)
+    # As ``placement node --work-sink`` (issue 30): on SIGTERM/SIGINT it leaves first (hands its
+    # partitions over, answers its long-polls and event streams), then stops its HTTP server.
+    from placement.service.node_serve import serve
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
-    return 0
+    print(f"[{config.node_id}] sink on http://{host}:{port}{WORK_PATH}", flush=True)
+    return asyncio.run(serve(config, (host, port), app_factory=sink_app_factory(config.admin_token, log)))
 
 
 if __name__ == "__main__":

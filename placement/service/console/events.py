@@ -24,7 +24,8 @@ from membership.status import EVENT_KINDS
 
 #: Membership kinds (``membership.MemberEvent.kind``) plus the node's own.
 MEMBER_KINDS = frozenset(EVENT_KINDS)
-NODE_KINDS = frozenset({"placement", "ownership", "declared-dead", "refused", "id-conflict", "survival"})
+NODE_KINDS = frozenset({"placement", "ownership", "declared-dead", "refused", "id-conflict", "survival",
+                        "leaving"})
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[s
         if EVENT_STREAM in request.headers.get("accept", ""):
             return StreamingResponse(stream(start, limit), media_type=EVENT_STREAM,
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        if wait > 0 and start == log.last_seq and not log.closed:
+        if wait > 0 and start == log.last_seq and not log.closed and not getattr(node, "leaving", False):
             with next_append() as woken, contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait)
         body = {"node": node.node_id, "first_seq": log.first_seq, "last_seq": log.last_seq,
@@ -152,6 +152,8 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[s
                 for event in log.after(seq, limit):
                     yield _sse(event)
                     seq = event.seq
+                if getattr(node, "leaving", False):  # its "leaving" event was the last: end the stream
+                    return  # (issue 30: an open stream must not hold a node that stops)
                 if seq == log.last_seq and not log.closed:
                     try:
                         await asyncio.wait_for(woken.wait(), KEEPALIVE_S)
