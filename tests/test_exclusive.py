@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ownership import Ended, ExclusiveConfig, Note, Ownership, Release
 from ownership.wire import decode, encode
 from placement import PlacementTable
+from simulations.engine import InvariantViolation
 from simulations.intervals import overlaps
 from simulations.scenarios import run_scenario
 
@@ -181,11 +182,24 @@ NOTE_ACROSS_VIEWS_SEEDS = (1719,)
 LIVENESS_SEEDS = (0, 1, 2, 13, 26, 35, 327, 405, 514)
 
 
-@pytest.mark.parametrize("seed", [*range(12), *WITNESS_GAP_SEEDS, *FROZEN_ACCOUNTING_SEEDS,
-                                  *NOTE_ACROSS_VIEWS_SEEDS, *LIVENESS_SEEDS])
+#: Seeds whose fencing epochs fall (the "epochs rise" invariant, docs/ownership.md rule 8): known
+#: failures until the causes are fixed (issue 29 item 4).
+EPOCH_FALLS_SEEDS = frozenset({740, 1719})
+
+
+def _marked(seeds):
+    return [pytest.param(s, marks=pytest.mark.xfail(strict=True, raises=InvariantViolation,
+                                                     reason="fencing epoch falls (rule 8)"))
+            if s in EPOCH_FALLS_SEEDS else s for s in seeds]
+
+
+@pytest.mark.parametrize("seed", _marked([*range(12), *WITNESS_GAP_SEEDS, *FROZEN_ACCOUNTING_SEEDS,
+                                          *NOTE_ACROSS_VIEWS_SEEDS, *LIVENESS_SEEDS]))
 def test_random_fault_schedules_never_give_two_owners_and_end_with_every_partition_owned(seed: int) -> None:
     """Joins, leaves, crashes, restarts, two- and one-way splits, heals, freezes, loss, at random
-    (simulations.fuzz_ownership; the seed reproduces the run). Safety: never two owners.
+    (simulations.fuzz_ownership; the seed reproduces the run). Safety: never two owners; and
+    every acquisition of a partition carries a higher epoch than the one before (both are
+    invariants checked after every step: a violation raises ``InvariantViolation``).
     Liveness: 105 s after everything healed, every partition is owned - unless no witness
     quorum of the last stable view runs (crashes took it: keep-majority stops by design)."""
     from simulations.fuzz_ownership import run
