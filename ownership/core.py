@@ -68,8 +68,11 @@ epoch one above the highest epoch this member knows for the partition (from note
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
 partition rejects a stale writer. An epoch is used only within a reserve a witness quorum
 confirmed, and a taker learns the dead holder's reserve from the condemnation quorum
-(``QuorumLease.epoch_floor``), so epochs rise along handoffs and across crash takeovers
-(docs/ownership.md says when they may not).
+(``QuorumLease.epoch_floor``). Every acquisition but a note under stable view n takes an epoch
+above ``view_epoch(n)`` (``_creation_floor``): rule 9 puts it after every ownership under an
+older view, and none of those reached that floor. So epochs rise along handoffs, crash
+takeovers, take-backs, restarts and the census alike (rule 8 in docs/ownership.md, with what
+can still make them fall: a restarted witness).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ from typing import Any
 from placement.table import PlacementTable
 
 from .config import ExclusiveConfig
-from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, witnesses_of
+from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, view_epoch, witnesses_of
 from .messages import (
     CENSUS_BATCH,
     Acquired,
@@ -220,6 +223,9 @@ class Ownership:
         self.joined = founder  # heard from the cluster (or started it)
         self._founder = founder
         self._restarted = False  # rule 7: set when the first stable view already names us
+        #: Rule 8: the stable view a restarted process found its id in (-1: none): creations under
+        #: it must start above every epoch its previous process may have used there.
+        self._restart_num = -1
         self._first_stable_seen = False
         self._restart_seen_at = 0.0
         self.leaving = False
@@ -233,6 +239,8 @@ class Ownership:
             self.lease.set_stable({me: 1.0}, now)
             self.lease.installs.clear()
             self._create_after = now  # nobody existed before the founder's first view
+            # Its first round (to itself) confirms a reserve for its first creations (rule 8).
+            self.lease.want(view_epoch(self.lease.num) + 1, now)
 
     # ------------------------------------------------------------------ inputs
 
@@ -497,6 +505,8 @@ class Ownership:
         if self.lease.stable and not self._founder and not self._first_stable_seen:
             self._first_stable_seen = True
             self._restarted = self.me in self.lease.stable
+            if self._restarted:
+                self._restart_num = self.lease.num
             self._restart_seen_at = self._now
 
     def _maybe_propose(self, now: float) -> None:
@@ -707,6 +717,8 @@ class Ownership:
         c = self.config
         lease = self.lease
         create = self._may_create(now)  # rule 9: anything but a note waits for this
+        if create:
+            self._creation_floor()
         self._retry_pass_on(now, create)
         restart = self._restart_free(now) and create  # once: for what the restarted process waits for now
         if restart:
@@ -746,6 +758,7 @@ class Ownership:
                     # seed 555, when the fast path used them).
                     lease.condemn(w.holder, now, previous=True)
                     free = lease.free_at(w.holder, previous=True)
+                    self._creation_floor()  # a creation too, without rule 9's wait
                 if free is not None and now >= max(free, since + c.takeover_grace_s):
                     # Above every epoch the holder used (rule 8).
                     self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(w.holder))
@@ -838,6 +851,21 @@ class Ownership:
         return (before is not None and w.basis == lease.num - 1
                 and now >= before.learned_at + self.config.lease_s * lease.stretch
                 and lease.lease_num == lease.num and lease.valid(now))
+
+    def _creation_floor(self) -> None:
+        """Rule 8: an acquisition other than by note under stable view n (``create``, or rule
+        4's fast path, under a lease of n) takes an epoch above ``view_epoch(n)``. It comes after
+        every acquisition under an older view (rule 9: their ownership has ended; the fast path:
+        only the holder it condemns could own the partition, and its floor covers it), and none
+        of those reached ``view_epoch(n)``: such epochs are used only under leases of n or
+        later. Under the view a restarted process found its id in, it also starts above the
+        reserve its previous process had confirmed there (``QuorumLease.id_reserve``: the lease
+        quorum of n shares a witness with the quorum that confirmed it)."""
+        lease = self.lease
+        floor = view_epoch(lease.num)
+        if lease.num == self._restart_num:
+            floor = max(floor, lease.id_reserve)
+        self.epoch_clock = max(self.epoch_clock, floor)
 
     def _epoch_ready(self, now: float) -> bool:
         """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a

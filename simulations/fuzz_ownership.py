@@ -20,7 +20,7 @@ from ownership.lease import is_quorum
 
 from .cluster import Cluster
 from .engine import InvariantViolation
-from .invariants import EpochsRise
+from .invariants import EPOCHS_RISE, EpochsRise
 from .scenarios import run_scenario
 
 __all__ = ["schedule", "run"]
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs)
         except InvariantViolation as exc:
-            if exc.invariant == EpochsRise.__name__:
+            if exc.invariant == EPOCHS_RISE:
                 regressed += 1
             else:
                 bad += 1

@@ -28,7 +28,7 @@ from ownership import Acquired, Ended
 
 from .nodes import SwimNode
 
-__all__ = ["EpochsRise", "NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
+__all__ = ["EPOCHS_RISE", "EpochsRise", "NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
 
 
 def _touched_once(sim) -> list[Any]:
@@ -278,6 +278,10 @@ class NoDualOwnership:
         return None
 
 
+#: The name ``InvariantViolation.invariant`` gives a failed ``EpochsRise``.
+EPOCHS_RISE = "epochs rise"
+
+
 class EpochsRise:
     """Exclusive ownership: each partition's successive acquisitions carry strictly rising
     fencing epochs, whatever the path (a note, a crash takeover, a take-back, a restart, the
@@ -289,7 +293,7 @@ class EpochsRise:
     every ``Acquired`` with the highest epoch any earlier acquisition of the partition carried),
     so the check costs one length test per step, and the count stays the metric it was."""
 
-    __name__ = "epochs rise"
+    __name__ = EPOCHS_RISE
 
     def __init__(self, cluster) -> None:
         self.cluster = cluster
