@@ -223,9 +223,6 @@ class Ownership:
         self.joined = founder  # heard from the cluster (or started it)
         self._founder = founder
         self._restarted = False  # rule 7: set when the first stable view already names us
-        #: Rule 8: the stable view a restarted process found its id in (-1: none): creations under
-        #: it must start above every epoch its previous process may have used there.
-        self._restart_num = -1
         self._first_stable_seen = False
         self._restart_seen_at = 0.0
         self.leaving = False
@@ -505,8 +502,6 @@ class Ownership:
         if self.lease.stable and not self._founder and not self._first_stable_seen:
             self._first_stable_seen = True
             self._restarted = self.me in self.lease.stable
-            if self._restarted:
-                self._restart_num = self.lease.num
             self._restart_seen_at = self._now
 
     def _maybe_propose(self, now: float) -> None:
@@ -659,7 +654,10 @@ class Ownership:
                 del self._to_pass[p]
                 self.counters.notes_sent += 1
                 self._passed[p] = lead
-                self._send(lead, Note(p, self.known_epoch.get(p, 0), None, self.lease.num))
+                # A note that re-creates the right is a creation under this view (rule 8): this
+                # member may never have known the last holder's epoch (a Redirect cleared it).
+                epoch = max(self.known_epoch.get(p, 0), view_epoch(self.lease.num))
+                self._send(lead, Note(p, epoch, None, self.lease.num))
             elif w.generation != self.lease.generation and self.lease.clean.get(w.generation) is False:
                 del self._to_pass[p]
                 self._passed[p] = None  # a taker may hold it: it will hand it on
@@ -858,14 +856,12 @@ class Ownership:
         every acquisition under an older view (rule 9: their ownership has ended; the fast path:
         only the holder it condemns could own the partition, and its floor covers it), and none
         of those reached ``view_epoch(n)``: such epochs are used only under leases of n or
-        later. Under the view a restarted process found its id in, it also starts above the
-        reserve its previous process had confirmed there (``QuorumLease.id_reserve``: the lease
-        quorum of n shares a witness with the quorum that confirmed it)."""
+        later. A process also starts above the reserve a previous process of its id had
+        confirmed (``QuorumLease.id_reserve``, 0 unless there was one: a restart nobody removed
+        acquires under the view its previous process held, and the lease quorum of n shares a
+        witness with the quorum that confirmed that reserve under n)."""
         lease = self.lease
-        floor = view_epoch(lease.num)
-        if lease.num == self._restart_num:
-            floor = max(floor, lease.id_reserve)
-        self.epoch_clock = max(self.epoch_clock, floor)
+        self.epoch_clock = max(self.epoch_clock, view_epoch(lease.num), lease.id_reserve)
 
     def _epoch_ready(self, now: float) -> bool:
         """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a
