@@ -103,6 +103,11 @@ from .messages import (
 
 __all__ = ["Ownership", "Counters"]
 
+#: A member whose settled view has differed from the stable view for this many
+#: ``stable_after_s`` since it learned that stable view proposes its own, news or not
+#: (``_maybe_propose``).
+STALE_STABLE_VIEWS = 4
+
 
 # ----------------------------------------------------------------------------- state
 
@@ -533,8 +538,14 @@ class Ownership:
         # finish still has news, once: otherwise nobody proposes again, the hole of fuzz seeds
         # 405 and 514 (there a stale attempt of the proposer itself; ``StableViews.withdraw``).
         superseded = lease.views.superseded
+        # And a view that has differed from a stable view learned long ago: the stable view was
+        # chosen with an outdated value (its proposer's, since crashed or cut off) after every
+        # member's view had settled, so nobody has news, and nothing would ever be proposed
+        # again (fuzz --wide seed 673: a dead member kept in the stable view for good, its
+        # partitions unowned). Proposing is always safe; this only bounds how long that lasts.
         news = self._view_changed_at >= lease.learned_at or (
-            superseded is not None and superseded.weighted() == self.view)
+            superseded is not None and superseded.weighted() == self.view) or (
+            now - lease.learned_at >= STALE_STABLE_VIEWS * self.config.stable_after_s)
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and news))
         if lease.help_choose or (settled and self.view != stable and lease.valid(now)
@@ -667,6 +678,17 @@ class Ownership:
         member that holds the right to ``p`` (owns it, or dropped it itself) stays silent: it
         passes it on with a note when its view moves on."""
         if p in self.owned:
+            return
+        if p in self.free and p not in self.waiting:
+            # A note held for a partition the asker leads now. ``_retable`` never passes a note
+            # back to its sender (a sender the view still shows as leader may be leaving), but a
+            # leader that asks is waiting for it, not leaving: without this, a note whose sender
+            # led again stayed here for good, and the census waited for it (fuzz --wide seed 498).
+            if self._leader(p) == src != self.me:
+                epoch, payload, _ = self.free.pop(p)
+                self.counters.notes_forwarded += 1
+                self._passed[p] = src
+                self._send(src, Note(p, epoch, payload, self.lease.num))
             return
         w = self.waiting.get(p)
         if w is not None:
