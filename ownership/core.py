@@ -737,6 +737,10 @@ class Ownership:
         c = self.config
         lease = self.lease
         create = self._may_create(now)  # rule 9: anything but a note waits for this
+        # Rule 8: above every reserve a previous process of this id confirmed (0 unless one did),
+        # for notes too: a note resent to a process that restarted after taking it is taken again
+        # (fuzz --wide seed 265).
+        self.epoch_clock = max(self.epoch_clock, lease.id_reserve)
         if create:
             self._creation_floor()
         self._retry_pass_on(now, create)

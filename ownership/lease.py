@@ -486,7 +486,10 @@ class QuorumLease:
             return
         sent, gen, granted, reserve = rnd
         granted.add(src)
-        self.id_reserve = max(self.id_reserve, r.reserve)
+        if r.reserve > self.reserve:
+            # (Only above our own reserve: a reply to an older request of ours, overtaken by a
+            # newer one, reports our own newer reserve.)
+            self.id_reserve = max(self.id_reserve, r.reserve)
         if is_quorum(granted, self.witnesses):
             self.confirmed_reserve = max(self.confirmed_reserve, reserve)
         if gen == self.generation and is_quorum(granted, self.witnesses):

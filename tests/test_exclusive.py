@@ -239,7 +239,9 @@ def test_the_wide_fault_schedules_are_functions_of_their_seed_and_keep_the_old_o
 #: chosen with an outdated value after every view had settled, never followed by another (a dead
 #: member's partitions unowned for good: 673), and a note held by a member whose sender led the
 #: partition again, never passed back (498).
-WIDE_SEEDS = (0, 1, 2, 4, 5, 209, 401, 422, 508, 498, 673)
+#: 265: a note resent to a process that restarted after taking it was taken again, with the epoch
+#: its previous process had used.
+WIDE_SEEDS = (0, 1, 2, 4, 5, 209, 265, 401, 422, 508, 498, 673)
 
 
 @pytest.mark.parametrize("seed", WIDE_SEEDS)
