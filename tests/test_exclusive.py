@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ownership import Ended, ExclusiveConfig, Note, Ownership, Release
 from ownership.wire import decode, encode
 from placement import PlacementTable
+from simulations.engine import InvariantViolation
 from simulations.intervals import overlaps
 from simulations.scenarios import run_scenario
 
@@ -254,6 +255,23 @@ def test_wide_fault_schedules_never_give_two_owners_and_end_with_every_partition
     assert r["unowned_at_end"] == 0 or not r["quorum_at_end"], (seed, r["nodes"], r["schedule"])
 
 
+#: Wide schedules whose epochs still fall: a witness restarted (the restarted member itself
+#: counts when it is a witness) forgets the reserves it granted and the stable views it accepted,
+#: so it grants leases under an old view again (255, 275, 755), cannot tell a restarted
+#: process its previous process's reserve (761, 1038, 1705), or lets two different views be
+#: chosen under one number (1457). docs/ownership.md rule 8; persistent witness state (issue 29
+#: item 5) is the fix. Strict: a pass means the limit moved.
+RESTARTED_WITNESS_SEEDS = (255, 275, 755, 761, 1038, 1457, 1705)
+
+
+@pytest.mark.xfail(strict=True, raises=InvariantViolation, reason="a restarted witness forgets (issue 29 item 5)")
+@pytest.mark.parametrize("seed", RESTARTED_WITNESS_SEEDS)
+def test_known_limit_a_restarted_witness_lets_epochs_fall(seed: int) -> None:
+    from simulations.fuzz_ownership import run
+
+    run(seed, duration_s=180, wide=True)
+
+
 def test_a_split_keeps_exactly_one_side_owning() -> None:
     r = run_scenario("split", nodes=8, duration_s=40, seed=3, partitions=128, system="swim-exclusive",
                      params={"split_s": 20.0})
@@ -417,6 +435,25 @@ def settled_pair() -> tuple[Ownership, Ownership, float]:
             exchange(src, dst, now)
     assert b.owned and a.owned and a.lease.num == b.lease.num
     return a, b, now
+
+
+def test_a_note_held_is_passed_back_to_its_sender_when_that_leader_asks_for_it() -> None:
+    """Rule 6: held notes never go back to their sender on a view change (it may be leaving),
+    but a leader that asks for the partition is waiting for it: the note goes back, under the
+    current stable view (fuzz --wide seed 498: the census waited for such a note forever)."""
+    from ownership import Query
+
+    a, b, now = settled_pair()
+    p = min(a.owned)  # led by a (n1)
+    b.free[p] = (a.owned[p].epoch, "checkpoint", "n1")  # as if a's earlier note were held by b
+    b.messages(now)
+    b.receive("n1", Query(p, 0), now)
+    notes = [(dst, m) for dst, m in b.messages(now) if isinstance(m, Note) and m.partition == p]
+    assert notes == [("n1", Note(p, a.owned[p].epoch, "checkpoint", b.lease.num))]
+    assert p not in b.free
+    b.free[p] = (1, None, "n1")
+    b.receive("n3", Query(p, 0), now)  # not the leader: nothing
+    assert p in b.free and not [m for _, m in b.messages(now) if isinstance(m, Note)]
 
 
 def test_a_census_is_answered_only_for_what_the_member_neither_owns_nor_holds() -> None:
