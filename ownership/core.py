@@ -68,8 +68,11 @@ epoch one above the highest epoch this member knows for the partition (from note
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
 partition rejects a stale writer. An epoch is used only within a reserve a witness quorum
 confirmed, and a taker learns the dead holder's reserve from the condemnation quorum
-(``QuorumLease.epoch_floor``), so epochs rise along handoffs and across crash takeovers
-(docs/ownership.md says when they may not).
+(``QuorumLease.epoch_floor``). Every acquisition but a note under stable view n takes an epoch
+above ``view_epoch(n)`` (``_creation_floor``): rule 9 puts it after every ownership under an
+older view, and none of those reached that floor. So epochs rise along handoffs, crash
+takeovers, take-backs, restarts and the census alike (rule 8 in docs/ownership.md, with what
+can still make them fall: a restarted witness).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ from typing import Any
 from placement.table import PlacementTable
 
 from .config import ExclusiveConfig
-from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, witnesses_of
+from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, view_epoch, witnesses_of
 from .messages import (
     CENSUS_BATCH,
     Acquired,
@@ -99,6 +102,11 @@ from .messages import (
 )
 
 __all__ = ["Ownership", "Counters"]
+
+#: A member whose settled view has differed from the stable view for this many
+#: ``stable_after_s`` since it learned that stable view proposes its own, news or not
+#: (``_maybe_propose``).
+STALE_STABLE_VIEWS = 4
 
 
 # ----------------------------------------------------------------------------- state
@@ -235,6 +243,8 @@ class Ownership:
             self.lease.set_stable({me: weight}, now)
             self.lease.installs.clear()
             self._create_after = now  # nobody existed before the founder's first view
+            # Its first round (to itself) confirms a reserve for its first creations (rule 8).
+            self.lease.want(view_epoch(self.lease.num) + 1, now)
 
     # ------------------------------------------------------------------ inputs
 
@@ -530,8 +540,14 @@ class Ownership:
         # finish still has news, once: otherwise nobody proposes again, the hole of fuzz seeds
         # 405 and 514 (there a stale attempt of the proposer itself; ``StableViews.withdraw``).
         superseded = lease.views.superseded
+        # And a view that has differed from a stable view learned long ago: the stable view was
+        # chosen with an outdated value (its proposer's, since crashed or cut off) after every
+        # member's view had settled, so nobody has news, and nothing would ever be proposed
+        # again (fuzz --wide seed 673: a dead member kept in the stable view for good, its
+        # partitions unowned). Proposing is always safe; this only bounds how long that lasts.
         news = self._view_changed_at >= lease.learned_at or (
-            superseded is not None and superseded.weighted() == self.view)
+            superseded is not None and superseded.weighted() == self.view) or (
+            now - lease.learned_at >= STALE_STABLE_VIEWS * self.config.stable_after_s)
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and news))
         if lease.help_choose or (settled and self.view != stable and lease.valid(now)
@@ -651,7 +667,10 @@ class Ownership:
                 del self._to_pass[p]
                 self.counters.notes_sent += 1
                 self._passed[p] = lead
-                self._send(lead, Note(p, self.known_epoch.get(p, 0), None, self.lease.num))
+                # A note that re-creates the right is a creation under this view (rule 8): this
+                # member may never have known the last holder's epoch (a Redirect cleared it).
+                epoch = max(self.known_epoch.get(p, 0), view_epoch(self.lease.num))
+                self._send(lead, Note(p, epoch, None, self.lease.num))
             elif w.generation != self.lease.generation and self.lease.clean.get(w.generation) is False:
                 del self._to_pass[p]
                 self._passed[p] = None  # a taker may hold it: it will hand it on
@@ -661,6 +680,17 @@ class Ownership:
         member that holds the right to ``p`` (owns it, or dropped it itself) stays silent: it
         passes it on with a note when its view moves on."""
         if p in self.owned:
+            return
+        if p in self.free and p not in self.waiting:
+            # A note held for a partition the asker leads now. ``_retable`` never passes a note
+            # back to its sender (a sender the view still shows as leader may be leaving), but a
+            # leader that asks is waiting for it, not leaving: without this, a note whose sender
+            # led again stayed here for good, and the census waited for it (fuzz --wide seed 498).
+            if self._leader(p) == src != self.me:
+                epoch, payload, _ = self.free.pop(p)
+                self.counters.notes_forwarded += 1
+                self._passed[p] = src
+                self._send(src, Note(p, epoch, payload, self.lease.num))
             return
         w = self.waiting.get(p)
         if w is not None:
@@ -709,6 +739,12 @@ class Ownership:
         c = self.config
         lease = self.lease
         create = self._may_create(now)  # rule 9: anything but a note waits for this
+        # Rule 8: above every reserve a previous process of this id confirmed (0 unless one did),
+        # for notes too: a note resent to a process that restarted after taking it is taken again
+        # (fuzz --wide seed 265).
+        self.epoch_clock = max(self.epoch_clock, lease.id_reserve)
+        if create:
+            self._creation_floor()
         self._retry_pass_on(now, create)
         restart = self._restart_free(now) and create  # once: for what the restarted process waits for now
         if restart:
@@ -748,6 +784,7 @@ class Ownership:
                     # seed 555, when the fast path used them).
                     lease.condemn(w.holder, now, previous=True)
                     free = lease.free_at(w.holder, previous=True)
+                    self._creation_floor()  # a creation too, without rule 9's wait
                 if free is not None and now >= max(free, since + c.takeover_grace_s):
                     # Above every epoch the holder used (rule 8).
                     self.epoch_clock = max(self.epoch_clock, lease.epoch_floor(w.holder))
@@ -840,6 +877,19 @@ class Ownership:
         return (before is not None and w.basis == lease.num - 1
                 and now >= before.learned_at + self.config.lease_s * lease.stretch
                 and lease.lease_num == lease.num and lease.valid(now))
+
+    def _creation_floor(self) -> None:
+        """Rule 8: an acquisition other than by note under stable view n (``create``, or rule
+        4's fast path, under a lease of n) takes an epoch above ``view_epoch(n)``. It comes after
+        every acquisition under an older view (rule 9: their ownership has ended; the fast path:
+        only the holder it condemns could own the partition, and its floor covers it), and none
+        of those reached ``view_epoch(n)``: such epochs are used only under leases of n or
+        later. A process also starts above the reserve a previous process of its id had
+        confirmed (``QuorumLease.id_reserve``, 0 unless there was one: a restart nobody removed
+        acquires under the view its previous process held, and the lease quorum of n shares a
+        witness with the quorum that confirmed that reserve under n)."""
+        lease = self.lease
+        self.epoch_clock = max(self.epoch_clock, view_epoch(lease.num), lease.id_reserve)
 
     def _epoch_ready(self, now: float) -> bool:
         """May the next acquisition use epoch ``epoch_clock + 1``? Only within the reserve a

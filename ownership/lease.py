@@ -55,7 +55,10 @@ it: the condemnation quorum shares a witness with the quorum that confirmed the 
 taker learns a bound on every epoch the dead holder used (``epoch_floor``) and acquires above
 it. Epochs of a partition therefore rise across crash takeovers too, under the same
 one-witness-set assumption as the lease itself; a witness that restarted forgets reserves (its
-"no grant since my start" makes waiting safe, not epochs monotonic).
+"no grant since my start" makes waiting safe, not epochs monotonic). Across stable views the
+owner orders them by ``view_epoch`` (``Ownership._creation_floor``); a granted lease reply also
+says the larger reserve the witness granted the requester's id, when there is one, so a process
+that restarted under the view its previous process held starts above it (``id_reserve``).
 
 Stable views and their witness sets form one linear history (``ownership.views``): view
 n+1 is chosen by a quorum of W(n), and a witness that accepted a successor of its view grants
@@ -88,11 +91,21 @@ from .views import (
 )
 
 __all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
-           "witnesses_of", "is_quorum"]
+           "witnesses_of", "is_quorum", "view_epoch", "VIEW_EPOCHS"]
 
 #: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
 #: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
 RESERVE_BLOCK = 1 << 16
+
+#: Fencing epochs per stable view: an acquisition other than by note under view n takes an epoch
+#: above ``view_epoch(n)`` (docs/ownership.md rule 8), and no epoch used under an older view
+#: reaches it (far more acquisitions than any cluster makes in one view).
+VIEW_EPOCHS = 1 << 32
+
+
+def view_epoch(num: int) -> int:
+    """The floor of the fencing epochs created under stable view ``num`` (rule 8)."""
+    return num * VIEW_EPOCHS
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,9 @@ class LeaseReply:
     num: int = 0  # the number of the witness's stable view
     weights: tuple[float, ...] = ()  # with ``members``
     pending: bool = False  # refused: the witness accepted a successor of the view (finish choosing it)
+    #: Granted: the highest epoch reserve this witness granted the requester's id, when above the
+    #: one requested (a previous process of the same id: ``QuorumLease.id_reserve``), else 0.
+    reserve: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,6 +223,13 @@ class QuorumLease:
         #: condemns this member learns a bound on every epoch it used (``epoch_floor``).
         self.reserve = RESERVE_BLOCK
         self.confirmed_reserve = 0
+        #: The highest reserve granting witnesses say they granted this id above what this process
+        #: asked: once a quorum of view n granted a lease, at least every reserve a previous
+        #: process of this id had confirmed under n, if above ours (a restart nobody removed:
+        #: ``Ownership._creation_floor``, rule 8). A process asks with ``RESERVE_BLOCK`` until it
+        #: uses an epoch, and every epoch is above ``view_epoch(1)``: a previous process that used
+        #: one had a larger reserve, so its first granted quorum tells it.
+        self.id_reserve = 0
         self._seq = 0
         self._next_round = now
         self._retry_at = math.inf
@@ -463,6 +486,10 @@ class QuorumLease:
             return
         sent, gen, granted, reserve = rnd
         granted.add(src)
+        if r.reserve > self.reserve:
+            # (Only above our own reserve: a reply to an older request of ours, overtaken by a
+            # newer one, reports our own newer reserve.)
+            self.id_reserve = max(self.id_reserve, r.reserve)
         if is_quorum(granted, self.witnesses):
             self.confirmed_reserve = max(self.confirmed_reserve, reserve)
         if gen == self.generation and is_quorum(granted, self.witnesses):
@@ -519,8 +546,11 @@ class QuorumLease:
             self.requests_refused += 1
             return LeaseReply(req.seq, v.ck, False, nonce, num=v.num, pending=self.views.pending)
         self._last_grant[src] = now
-        self._reserves[src] = max(self._reserves.get(src, 0), req.reserve)
-        return LeaseReply(req.seq, v.ck, True, 0, num=v.num)
+        before = self._reserves.get(src, 0)
+        self._reserves[src] = max(before, req.reserve)
+        # (Only above what it asks for: a process's own reserves only grow, so this is a previous
+        # process's, and otherwise the field costs one byte.)
+        return LeaseReply(req.seq, v.ck, True, 0, num=v.num, reserve=before if before > req.reserve else 0)
 
     def on_condemn(self, src: str, c: Condemn, now: float) -> CondemnReply:
         # Also for a stable view this witness has left: it grants nothing under it any more, so

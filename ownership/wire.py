@@ -98,7 +98,7 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
     4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights)),
-    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool)),
+    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool, _EPOCH)),
     6: (Condemn, (_id, _CK, _EPOCH)),
     7: (CondemnReply, (_id, _EPOCH, _CK, _bool, _seconds, _EPOCH)),
     8: (Prepare, (_EPOCH, _EPOCH, _CK)),

@@ -60,6 +60,7 @@ class SwimSystem:
         checks += [invariants.SelfView(), invariants.OneLeaderPerView()]
         if self.exclusive is not None:
             checks.append(invariants.NoDualOwnership(cluster))
+            checks.append(invariants.EpochsRise(cluster))
         if cluster.check_cores:  # O(members) per step: see docs/simulations.md, "Invariants"
             checks.append(invariants.swim_core_indexes)
 

@@ -60,6 +60,10 @@ class OwnershipLog:
         self.open: dict[tuple[int, int], tuple[float, int]] = {}  # (partition, node) -> (start, epoch)
         self.closed: dict[int, list[tuple[float, float, int]]] = {}
         self.last_epoch: dict[int, int] = {}
+        #: partition -> (node, at) of the acquisition that carried ``last_epoch``
+        self.last_acquired: dict[int, tuple[int, float]] = {}
+        #: Acquisitions whose epoch was not above every earlier epoch of the partition (the
+        #: invariant ``simulations.invariants.EpochsRise`` fails the run on the first one).
         self.epoch_regressions: list[dict[str, Any]] = []
         self.release_started: dict[int, float] = {}
         self.move_latencies: list[tuple[float, float]] = []  # (acquired at, since release began)
@@ -79,9 +83,13 @@ class OwnershipLog:
         if isinstance(action, Acquired):
             last = self.last_epoch.get(p, 0)
             if action.epoch <= last:
+                by, since = self.last_acquired[p]
                 self.epoch_regressions.append({"partition": p, "node": node, "epoch": action.epoch,
-                                               "previous": last, "at": round(action.at, 3)})
-            self.last_epoch[p] = max(last, action.epoch)
+                                               "previous": last, "at": round(action.at, 3),
+                                               "previous_node": by, "previous_at": round(since, 3)})
+            else:
+                self.last_epoch[p] = action.epoch
+                self.last_acquired[p] = (node, action.at)
             self.open[(p, node)] = (action.at, action.epoch)
             started = self.release_started.pop(p, None)
             if started is not None:

@@ -13,6 +13,9 @@ state - no randomness, no scheduling - so a run is the same with or without them
 ``OneLeaderPerView``    members whose views agree compute the same owner for every partition.
 ``NoDualOwnership``     exclusive ownership: no partition has two owners at once, by the exact
                         intervals ``simulations.intervals`` accounts.
+``EpochsRise``          exclusive ownership: each acquisition of a partition carries a fencing
+                        epoch above every earlier one of that partition, whatever the path
+                        (note, takeover, take-back, restart, census; docs/ownership.md rule 8).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ownership import Acquired, Ended
 
 from .nodes import SwimNode
 
-__all__ = ["NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
+__all__ = ["EPOCHS_RISE", "EpochsRise", "NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
 
 
 def _touched_once(sim) -> list[Any]:
@@ -273,3 +276,41 @@ class NoDualOwnership:
             if sum(self._may_own_after(i, p, now) for i in holders) < 2:
                 self._watch.discard(p)  # (an interval capped by its lease is final: see above)
         return None
+
+
+#: The name ``InvariantViolation.invariant`` gives a failed ``EpochsRise``.
+EPOCHS_RISE = "epochs rise"
+
+
+class EpochsRise:
+    """Exclusive ownership: each partition's successive acquisitions carry strictly rising
+    fencing epochs, whatever the path (a note, a crash takeover, a take-back, a restart, the
+    census), across processes and restarts. A store fenced by epoch (``ctx.epoch``) remembers
+    the highest epoch per partition and refuses an owner whose epoch fell: that partition would
+    stall.
+
+    Reads what ``simulations.intervals.OwnershipLog`` counts (``epoch_regressions``: it compares
+    every ``Acquired`` with the highest epoch any earlier acquisition of the partition carried),
+    so the check costs one length test per step, and the count stays the metric it was."""
+
+    __name__ = EPOCHS_RISE
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self._seen = 0
+
+    def _name(self, index: int) -> str:
+        for node in self.cluster.nodes.values():
+            if node.index == index:
+                return node.node_id
+        return f"#{index}"
+
+    def __call__(self, sim) -> str | None:
+        regressions = self.cluster.metrics.ownership_log.epoch_regressions
+        if len(regressions) == self._seen:
+            return None
+        r = regressions[self._seen]
+        self._seen = len(regressions)
+        return (f"partition {r['partition']} acquired by {self._name(r['node'])} at {r['at']:.3f} with epoch "
+                f"{r['epoch']}, not above epoch {r['previous']} acquired by {self._name(r['previous_node'])} "
+                f"at {r['previous_at']:.3f}")

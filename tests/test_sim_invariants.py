@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ownership import Acquired, ExclusiveConfig
+from ownership import Acquired, Ended, ExclusiveConfig
 from ownership.core import _Owned
 from placement import PlacementTable
 from simulations.cluster import Cluster, SwimSystem
@@ -34,7 +34,7 @@ def test_which_invariants_run() -> None:
     assert names(Cluster(SwimSystem(), seed=1, partitions=64)) == cheap | {"swim core indexes"}
     assert names(Cluster(SwimSystem(), seed=1, partitions=64, check_cores=False)) == cheap
     exclusive = Cluster(SwimSystem(exclusive=ExclusiveConfig()), seed=1, partitions=64, check_cores=False)
-    assert names(exclusive) == cheap | {"no dual ownership"}
+    assert names(exclusive) == cheap | {"no dual ownership", "epochs rise"}
 
 
 def test_two_members_with_equal_views_but_different_leaders_are_caught() -> None:
@@ -87,6 +87,33 @@ def test_a_second_owner_while_the_first_still_holds_its_lease_is_caught() -> Non
     msg = str(info.value)
     assert info.value.invariant == "no dual ownership" and "--seed 5" in msg
     assert f"partition {p} " in msg and "n000" in msg and "n001" in msg
+
+
+def test_an_acquisition_whose_epoch_does_not_rise_is_caught() -> None:
+    """Successive acquisitions of a partition carry strictly rising epochs, whoever acquires it
+    and however (docs/ownership.md rule 8); an equal epoch is a regression too. The message names
+    the partition, both nodes, both epochs and both times."""
+    cluster = Cluster(SwimSystem(exclusive=ExclusiveConfig()), seed=6, partitions=64)
+    cluster.bootstrap(3)
+    cluster.run(2)
+    holder = cluster.nodes["n000"]
+    assert isinstance(holder, SwimNode) and holder.own is not None
+    p = min(holder.own.owned)
+    epoch = holder.own.owned[p].epoch
+    assert cluster.metrics.ownership_log.epoch_regressions == []
+    other = cluster.nodes["n002"]
+    # As if n000's ownership had ended and n002 had acquired p with the same epoch (it never
+    # learned it): ends first, so no dual ownership, only the fallen epoch.
+    now = cluster.sim.now
+    cluster.metrics.ownership(holder, Ended(p, epoch, now))
+    cluster.metrics.ownership(other, Acquired(p, epoch, None, now))
+    with pytest.raises(InvariantViolation) as info:
+        cluster.sim.check_invariants()
+    msg = str(info.value)
+    assert info.value.invariant == "epochs rise" and "--seed 6" in msg
+    assert f"partition {p} acquired by n002" in msg and f"with epoch {epoch}, not above epoch {epoch} " in msg
+    assert "acquired by n000" in msg
+    assert len(cluster.metrics.ownership_log.epoch_regressions) == 1  # the metric still counts it
 
 
 def test_the_membership_harness_checks_every_core_after_every_step() -> None:

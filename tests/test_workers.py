@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import time
 
+from ownership.lease import view_epoch
 from placement.service.node import Node
 from placement.service.workers import PartitionProcessor, PartitionWorkers
 
@@ -118,13 +119,17 @@ def test_a_killed_owners_partitions_restart_elsewhere_with_higher_epochs():
     async def main():
         journal = Journal()
 
-        def long_history(node):  # a member whose epochs are far above the others'
-            node._runner.own.epoch_clock = 100_000
+        # A member whose epochs are far above the others', above those the views of this run
+        # give creations too (rule 8's ``view_epoch``): only the condemnation's floor covers them.
+        far = view_epoch(1000)
+
+        def long_history(node):
+            node._runner.own.epoch_clock = far
 
         nodes, workers = await three_nodes(journal, before_join=long_history)
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes), timeout_s=20)
         victim = nodes[2]
-        assert min(victim.grant(p).epoch for p in victim.owned_partitions()) > 100_000
+        assert min(victim.grant(p).epoch for p in victim.owned_partitions()) > far
         lost = victim.owned_partitions()
         epochs = {p: victim.grant(p).epoch for p in lost}
         victim.close()  # as kill -9
