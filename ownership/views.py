@@ -38,8 +38,18 @@ mid-way cannot block the view forever (phase 1 finds the accepted value and fini
 Competing proposers retry with higher rounds after a back-off that grows with their rank, so
 one of them wins.
 
-Known limit: an acceptor forgets its promises when its process restarts. A restarted witness
-(one whose first view already names it) therefore takes no part in choosing views for
+Restarts. What an acceptor promised is its *durable state* (``AcceptorState``: the installed
+view, the ballot it promised, what it accepted for the successor); ``durable_changes`` rises
+whenever it changes. A driver that keeps it (``placement --state-dir``; the simulator's
+``SwimNode``) writes it to stable storage before it sends any message produced after a change,
+and gives it back to the restarted process (``restored``). Such an acceptor keeps its promises
+across the restart, so it votes at once: it installs no view older than the one it held (all
+of them were chosen; a stale proposer is told the restored view), and its promise and
+acceptance for the restored view's successor are those it made. For any later slot it never
+promised anything: it would have installed the view before, and written it.
+
+Without stable storage an acceptor forgets its promises when its process restarts. A restarted
+witness (one whose first view already names it) therefore takes no part in choosing views for
 ``quiet_s`` after it learns that view: a successor chosen before it crashed reaches the other
 members within that time in any run where messages are delivered within it (an assumption,
 stated in docs/ownership.md; not needed by anything else). A new member learns its first view
@@ -53,7 +63,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["View", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
+__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
            "view_checksum", "witnesses_of", "is_quorum"]
 
 
@@ -104,6 +114,17 @@ class View:
 
 
 NO_VIEW = View(0, (), (), view_checksum(0, (), ()))
+
+
+@dataclass(frozen=True)
+class AcceptorState:
+    """What a witness promised in choosing views (``StableViews.durable_state``): its installed
+    view (NO_VIEW: none yet), the ballot it promised for the successor, and the ballot and value
+    it accepted for it, if any. Plain values, so a driver can write it down."""
+
+    view: View = NO_VIEW
+    promised: tuple[int, str] = (0, "")
+    accepted: tuple[tuple[int, str], View] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,11 +193,13 @@ class _Proposal:
 class StableViews:
     """The installed stable view of member ``me``, its acceptor for the successor, and its
     proposer (module docstring). ``send(dst, msg)`` queues a message; ``on_install(old, new,
-    now)`` is called for every view installed, in order of number."""
+    now)`` is called for every view installed, in order of number. ``restored``: the durable
+    state of this member's previous process (module docstring, "Restarts")."""
 
     def __init__(self, me: str, *, witnesses: int, resend_s: float, quiet_until: float,
                  send: Callable[[str, ViewMessage], None],
-                 on_install: Callable[[View, View, float], None]) -> None:
+                 on_install: Callable[[View, View, float], None],
+                 restored: AcceptorState | None = None) -> None:
         self.me = me
         self.k = witnesses
         self.resend_s = resend_s
@@ -194,6 +217,18 @@ class StableViews:
         #: accepted value instead (``_on_accepted``): the chosen view is not news to this member,
         #: so its view, if still that proposal, may be proposed again (``Ownership._maybe_propose``).
         self.superseded: View | None = None
+        #: Rises whenever ``durable_state()`` changes: the driver writes that state down before
+        #: it sends anything produced after the rise.
+        self.durable_changes = 0
+        #: The previous process's promises, until a view at least as late is installed.
+        self._restored = restored if restored is not None and restored.view.num > 0 else None
+
+    def durable_state(self) -> AcceptorState:
+        """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
+        again, a restarted acceptor's state is the one it was given."""
+        if self._restored is not None:
+            return self._restored
+        return AcceptorState(self.view, self._promised, self._accepted)
 
     @property
     def pending(self) -> bool:
@@ -205,10 +240,18 @@ class StableViews:
         """Install ``view`` if it is later than the installed one (it must have been chosen)."""
         if view.num <= self.view.num:
             return False
+        restored = self._restored
+        if restored is not None and view.num < restored.view.num:
+            return False  # older than a view this acceptor held before it restarted (chosen since)
         old, self.view = self.view, view
         self.superseded = None
         self.witnesses = witnesses_of(view.members, self.k)
         self._promised, self._accepted, self._proposal = (0, ""), None, None
+        if restored is not None:
+            self._restored = None
+            if view.ck == restored.view.ck:  # the view it held: its promises for the successor stand
+                self._promised, self._accepted = restored.promised, restored.accepted
+        self.durable_changes += 1
         self._on_install(old, view, now)
         return True
 
@@ -320,12 +363,15 @@ class StableViews:
     def _on_prepare(self, src: str, m: Prepare, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()  # chosen already: the proposer is behind
+        if self._restored is not None:
+            return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None  # behind (a request will teach us the view), or just restarted
         ballot = (m.rnd, src)
         if ballot <= self._promised:
             return Promise(m.slot, self._promised[0], False)
         self._promised = ballot
+        self.durable_changes += 1
         if self._accepted is None:
             return Promise(m.slot, m.rnd, True)
         (acc_rnd, acc_by), v = self._accepted
@@ -334,6 +380,8 @@ class StableViews:
     def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()
+        if self._restored is not None:
+            return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None
         ballot = (m.rnd, src)
@@ -344,7 +392,16 @@ class StableViews:
             return Accepted(m.slot, m.rnd, False)
         self._promised = ballot
         self._accepted = (ballot, value)
+        self.durable_changes += 1
         return Accepted(m.slot, m.rnd, True)
+
+    def _restored_answer(self, slot: int) -> ViewMessage | None:
+        """A restarted acceptor that has not installed a view since: the view it held was
+        chosen, and so was every view before it, so a proposer for one of those slots is told
+        that view. For later slots it waits until it learns the view they follow."""
+        r = self._restored
+        assert r is not None
+        return Decided(r.view.num, r.view.members, r.view.weights) if slot <= r.view.num else None
 
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""
