@@ -33,8 +33,11 @@ def schedule(seed: int, events: int = 10) -> list[tuple[float, str, float]]:
     return [(round(rng.uniform(2, 70), 2), rng.choice(KINDS), rng.random()) for _ in range(events)]
 
 
-def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0) -> dict[str, Any]:
-    """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included."""
+def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0,
+        durable_state: bool = False) -> dict[str, Any]:
+    """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
+    ``durable_state``: a restarted witness gets back the promises its previous process
+    persisted (``--state-dir``), and so takes part in choosing views at once."""
     faults = schedule(seed)
 
     def apply(cluster) -> None:
@@ -73,7 +76,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         apply(cluster)
 
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
-                          system="swim-exclusive", before_run=before_run)
+                          system="swim-exclusive", before_run=before_run, durable_state=durable_state)
     result["schedule"] = faults
     result["quorum_at_end"] = quorum_at_end(clusters[0])
     return result
@@ -97,12 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="one seed, with its schedule and the first overlaps")
     p.add_argument("--duration", type=float, default=90.0,
                    help="simulated seconds after warm-up (default 90; everything heals at 75)")
+    p.add_argument("--durable-state", action="store_true",
+                   help="witnesses keep their promises across restarts, as with --state-dir")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     bad = regressed = stuck = quorumless = 0
     for seed in seeds:
         try:
-            r = run(seed, duration_s=args.duration)
+            r = run(seed, duration_s=args.duration, durable_state=args.durable_state)
         except InvariantViolation as exc:
             bad += 1
             print(f"seed {seed}: {exc} schedule {schedule(seed)}", flush=True)
