@@ -88,8 +88,8 @@ from .views import (
     witnesses_of,
 )
 
-__all__ = ["QuorumLease", "WitnessState", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
-           "witnesses_of", "is_quorum"]
+__all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
+           "witnesses_of", "is_quorum", "WitnessState"]
 
 #: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
 #: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
@@ -147,7 +147,7 @@ class WitnessState:
     highest epoch reserve it granted each member, its standing condemnations and its nonce
     counter (so a restarted witness never reuses a nonce a condemned member may echo)."""
 
-    views: AcceptorState = AcceptorState()
+    views: AcceptorState = field(default_factory=AcceptorState)
     reserves: Mapping[str, int] = field(default_factory=dict)
     condemnations: Mapping[str, int] = field(default_factory=dict)
     nonce_seq: int = 0
