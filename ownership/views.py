@@ -222,6 +222,9 @@ class StableViews:
         self.durable_changes = 0
         #: The previous process's promises, until a view at least as late is installed.
         self._restored = restored if restored is not None and restored.view.num > 0 else None
+        #: The latest view refused for being older than the restored one (0: none): the others
+        #: are behind, or the restored state is from an earlier cluster of the same name.
+        self.older_refused = 0
 
     def durable_state(self) -> AcceptorState:
         """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
@@ -242,6 +245,7 @@ class StableViews:
             return False
         restored = self._restored
         if restored is not None and view.num < restored.view.num:
+            self.older_refused = max(self.older_refused, view.num)
             return False  # older than a view this acceptor held before it restarted (chosen since)
         old, self.view = self.view, view
         self.superseded = None

@@ -5,15 +5,18 @@ node with an error naming it (in-process nodes on loopback UDP)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from pathlib import Path
 
 import pytest
 
 from ownership.durable import decode
+from ownership.lease import WitnessState
+from ownership.views import AcceptorState, View
 from placement.errors import InvalidConfigError
 from placement.service.node import Node
-from placement.service.witness_state import FILE_NAME
+from placement.service.witness_state import FILE_NAME, StateFile
 from placement_cli.main import main
 
 from test_node_exclusive import P, config, eventually
@@ -99,3 +102,22 @@ def test_the_witness_command_exits_2_on_a_bad_state_file(tmp_path: Path, capsys:
 def test_a_state_dir_needs_exclusive_ownership(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfigError, match="only exclusive ownership has witnesses"):
         config("n1", ownership="available", state_dir=str(tmp_path))
+
+
+def test_a_state_file_from_an_earlier_cluster_of_the_same_name_is_reported(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    old = WitnessState(AcceptorState(View.of(50, {"n1": 1.0, "n2": 1.0}), (0, ""), None))
+    StateFile(str(tmp_path), cluster="placement", node="n2").save(old)
+
+    async def run() -> None:
+        first = await Node(config("n1")).start()
+        second = await Node(config("n2", join=[first.member.bound], state_dir=str(tmp_path))).start()
+        await eventually(lambda: "holds stable view 50, but the cluster offers view" in caplog.text,
+                         what="the error about a state file from an earlier cluster")
+        assert _view_num(second) == 0  # it installs none of the new cluster's views
+        second.close()
+        await first.leave()
+
+    with caplog.at_level(logging.ERROR, logger="placement.node"):
+        asyncio.run(run())
+    assert "delete the file" in caplog.text

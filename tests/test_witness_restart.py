@@ -162,3 +162,10 @@ def test_without_state_a_restarted_witness_waits_the_quiet_time() -> None:
     w = _lease(W1)
     w.set_stable(dict.fromkeys(MEMBERS, 1.0), 10.0)  # its first view names it: a restart
     assert w.views.quiet_until == 16.0
+
+
+def test_a_restarted_witness_counts_the_older_views_it_refuses() -> None:
+    w = _acceptor(W1, restored=AcceptorState(X, (0, ""), None))
+    assert w.older_refused == 0
+    w.install(FIRST, 1.0)
+    assert w.older_refused == 1 and w.view.num == 0

@@ -109,6 +109,7 @@ class ExclusiveRunner:
         self._state_file = state_file
         self._saved_changes = self.own.lease.durable_changes
         self.state_write_errors = 0
+        self._older_told = 0
         self._grants: dict[int, Grant] = {}
         self.holding = Holding()
         # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
@@ -256,6 +257,14 @@ class ExclusiveRunner:
                 _log.error("--state-dir %s: cannot write what this witness promised (%s); sending nothing "
                            "until it can", self._state_file.path, exc.strerror or exc)
                 by_dst = {}
+        views = own.lease.views
+        if views.older_refused > self._older_told and not views.view.members and self._state_file is not None:
+            self._older_told = views.older_refused
+            restored = views.durable_state().view.num
+            _log.error("--state-dir %s holds stable view %d, but the cluster offers view %d: this member keeps "
+                       "no view older than one it held. If the cluster was created anew under the same name, "
+                       "this file is from the old one: stop this node and delete the file (it forgets those "
+                       "promises)", self._state_file.path, restored, views.older_refused)
         if by_dst:
             core = self._member.core
             for dst, msgs in by_dst.items():
