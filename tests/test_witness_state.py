@@ -123,3 +123,10 @@ def test_a_founder_over_kept_promises_is_refused(tmp_path: Path) -> None:
     f.check_founder(WitnessState())
     with pytest.raises(InvalidConfigError, match=r"holds stable view 7 .* --join"):
         f.check_founder(STATE)
+
+
+def test_a_directory_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(InvalidConfigError, match=r"--state-dir .*file"):
+        StateFile(str(blocker), cluster="prod", node="a").load()

@@ -65,7 +65,7 @@ class StateFile:
             _log.warning("--state-dir: no %s: the first start of node %r with this directory. If this node "
                          "ran before and its file was lost, it votes on stable views only after the restart "
                          "quiet time (docs/ownership.md)", self.path, self.node)
-            self.save(WitnessState())
+            self._save_at_start(WitnessState())
             return None
         except OSError as exc:
             raise InvalidConfigError(f"--state-dir {self.path}: cannot read it: {exc.strerror or exc}") from None
@@ -77,8 +77,15 @@ class StateFile:
                 "starting without it could break those promises. Restore it from the volume it was on, or, "
                 "if it is lost for good, delete it: the node then starts as a witness that forgot its "
                 "promises (it waits the restart quiet time before voting, docs/ownership.md)") from None
-        self.save(state)  # (proves the directory writable now, not at the first promise)
+        self._save_at_start(state)  # (proves the directory writable now, not at the first promise)
         return state
+
+    def _save_at_start(self, state: WitnessState) -> None:
+        try:
+            self.save(state)
+        except OSError as exc:
+            raise InvalidConfigError(f"--state-dir {self.directory}: cannot write {FILE_NAME} there: "
+                                     f"{exc.strerror or exc}") from None
 
     def save(self, state: WitnessState) -> None:
         """Write ``state`` durably (module docstring); OSError if it could not be."""
