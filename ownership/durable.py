@@ -47,6 +47,7 @@ def encode(state: WitnessState, *, cluster: str, node: str) -> bytes:
             "reserves": dict(sorted(state.reserves.items())),
             "condemnations": dict(sorted(state.condemnations.items())),
             "nonce_seq": state.nonce_seq,
+            "forgetful": a.forgetful,
         },
     }, sort_keys=True, separators=(",", ":")).encode()
     header = b"%s %d %d %s\n" % (MAGIC, VERSION, len(body), hashlib.sha256(body).hexdigest().encode())
@@ -135,6 +136,10 @@ def decode(data: bytes, *, cluster: str, node: str) -> WitnessState:
                     _decode_view(a[2], "the accepted view"))
         if accepted[1].num != view.num + 1 or accepted[0] > promised:
             raise StateRecordError("the accepted value does not follow the view and the promise")
-    return WitnessState(AcceptorState(view, promised, accepted), _counts(s.get("reserves"), "the reserves"),
+    forgetful = s.get("forgetful")
+    if not isinstance(forgetful, bool):
+        raise StateRecordError("the forgetful flag is not true or false")
+    return WitnessState(AcceptorState(view, promised, accepted, forgetful),
+                        _counts(s.get("reserves"), "the reserves"),
                         _counts(s.get("condemnations"), "the condemnations"),
                         _int(s.get("nonce_seq"), "the nonce counter"))

@@ -217,7 +217,7 @@ class QuorumLease:
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed,
                                  restored=None if restored is None else restored.views)
-        self._quiet_s = quiet_s if restored is None else 0.0
+        self._quiet_s = quiet_s if restored is None or restored.views.forgetful else 0.0
         #: Views installed and not yet acted on by the owner (``ownership.core``).
         self.installs: list[Install] = []
         self.learned_at = now  # when the installed view was learned

@@ -58,6 +58,7 @@ before it is in it, so it votes at once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Callable, Mapping
@@ -125,6 +126,9 @@ class AcceptorState:
     view: View = NO_VIEW
     promised: tuple[int, str] = (0, "")
     accepted: tuple[tuple[int, str], View] | None = None
+    #: The process that holds it started without its predecessor's promises (no state kept,
+    #: or lost) and has not voted since: a restart with it waits the quiet time as well.
+    forgetful: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,9 @@ class StableViews:
         self.durable_changes = 0
         #: The previous process's promises, until a view at least as late is installed.
         self._restored = restored if restored is not None and restored.view.num > 0 else None
+        #: Started without the promises of every predecessor, and not voted since (a vote needs
+        #: the quiet time to have passed, after which forgotten promises no longer matter).
+        self._forgetful = restored is None or restored.forgetful
         #: The latest view refused for being older than the restored one (0: none): the others
         #: are behind, or the restored state is from an earlier cluster of the same name.
         self.older_refused = 0
@@ -230,8 +237,8 @@ class StableViews:
         """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
         again, a restarted acceptor's state is the one it was given."""
         if self._restored is not None:
-            return self._restored
-        return AcceptorState(self.view, self._promised, self._accepted)
+            return dataclasses.replace(self._restored, forgetful=self._forgetful)
+        return AcceptorState(self.view, self._promised, self._accepted, self._forgetful)
 
     @property
     def pending(self) -> bool:
@@ -257,6 +264,8 @@ class StableViews:
                 self._promised, self._accepted = restored.promised, restored.accepted
         self.durable_changes += 1
         self._on_install(old, view, now)
+        if old.num == 0 and now >= self.quiet_until:
+            self._voting()  # no quiet time (a new member, a founder): it may vote at once
         return True
 
     # ------------------------------------------------------------------ proposer
@@ -371,6 +380,7 @@ class StableViews:
             return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None  # behind (a request will teach us the view), or just restarted
+        self._voting()
         ballot = (m.rnd, src)
         if ballot <= self._promised:
             return Promise(m.slot, self._promised[0], False)
@@ -388,6 +398,7 @@ class StableViews:
             return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None
+        self._voting()
         ballot = (m.rnd, src)
         value = View.checked(m.slot, m.members, m.weights)
         if value is None:
@@ -398,6 +409,11 @@ class StableViews:
         self._accepted = (ballot, value)
         self.durable_changes += 1
         return Accepted(m.slot, m.rnd, True)
+
+    def _voting(self) -> None:
+        if self._forgetful:  # past any quiet time: what a predecessor forgot no longer matters
+            self._forgetful = False
+            self.durable_changes += 1
 
     def _restored_answer(self, slot: int) -> ViewMessage | None:
         """A restarted acceptor that has not installed a view since: the view it held was

@@ -124,16 +124,16 @@ def test_the_durable_counter_rises_with_every_change_and_only_then() -> None:
     changes.append(w.durable_changes)
     w.receive("p1", Accept(2, 1, FIRST.ck, X.members, X.weights), 1.1)
     changes.append(w.durable_changes)
-    assert changes == [0, 1, 2, 2, 3]
+    assert changes == [0, 2, 3, 3, 4]  # (installing its first view with no quiet time: no longer forgetful)
 
 
-def _lease(me: str, restored: WitnessState | None = None) -> QuorumLease:
+def _lease(me: str, restored: WitnessState | None = None, quiet_s: float = 6.0) -> QuorumLease:
     return QuorumLease(me, witnesses=3, lease_s=3.0, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
-                       quiet_s=6.0, restored=restored)
+                       quiet_s=quiet_s, restored=restored)
 
 
 def test_a_restarted_witness_keeps_reserves_and_condemnations() -> None:
-    w = _lease(W1)
+    w = _lease(W1, quiet_s=0.0)  # (as a founder: it votes at once)
     w.set_stable(dict.fromkeys(MEMBERS, 1.0), 0.0)
     before = w.durable_changes
     req = LeaseReq(1, 1, w.stable_ck, reserve=1 << 16, num=w.num)
@@ -169,3 +169,27 @@ def test_a_restarted_witness_counts_the_older_views_it_refuses() -> None:
     assert w.older_refused == 0
     w.install(FIRST, 1.0)
     assert w.older_refused == 1 and w.view.num == 0
+
+
+def test_a_witness_that_forgot_stays_forgetful_in_its_record_until_it_may_vote() -> None:
+    """A restart whose state was lost (no file: ``AcceptorState.forgetful``) waits the quiet
+    time; if it restarts again before voting, the record it wrote says so, and the next
+    process waits the quiet time too (not a record of 'promised nothing')."""
+    w = _lease(W1, restored=WitnessState(AcceptorState(forgetful=True)))
+    w.set_stable(dict.fromkeys(MEMBERS, 1.0), 1.0)  # its first view names it: a restart
+    assert w.views.quiet_until == 7.0
+    kept = w.durable_state()
+    assert kept.views.forgetful and kept.views.view == FIRST
+    again = _lease(W1, restored=kept)
+    again.set_stable(dict.fromkeys(MEMBERS, 1.0), 3.0)
+    assert again.views.quiet_until == 9.0  # still waits
+    assert again.views.receive("p1", Prepare(2, 1, FIRST.ck), 8.0) is None  # quiet
+    assert again.views.receive("p1", Prepare(2, 1, FIRST.ck), 9.5) == Promise(2, 1, True)
+    assert not again.durable_state().views.forgetful  # it voted: past the quiet time
+    assert _lease(W1, restored=again.durable_state())._quiet_s == 0.0
+
+
+def test_a_new_member_is_not_forgetful_once_it_learns_a_view_without_it() -> None:
+    w = _lease("f", restored=WitnessState(AcceptorState(forgetful=True)))
+    w.set_stable(dict.fromkeys(MEMBERS, 1.0), 1.0)  # (a view that does not name it)
+    assert not w.durable_state().views.forgetful

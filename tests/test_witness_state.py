@@ -83,9 +83,10 @@ def test_a_missing_file_is_a_first_start_and_writes_an_empty_record(tmp_path: Pa
     with caplog.at_level(logging.WARNING, logger="placement.node"):
         assert f.load() is None
     assert "the first start of node 'a'" in caplog.text and "quiet time" in caplog.text
-    assert decode((tmp_path / "state" / FILE_NAME).read_bytes(), cluster="prod", node="a") == WitnessState()
-    # The next start finds that record: a restart that promised nothing, no quiet time needed.
-    assert StateFile(str(tmp_path / "state"), cluster="prod", node="a").load() == WitnessState()
+    # Marked forgetful (this may have been a restart whose file was lost) until it may vote.
+    forgetful = WitnessState(AcceptorState(forgetful=True))
+    assert decode((tmp_path / "state" / FILE_NAME).read_bytes(), cluster="prod", node="a") == forgetful
+    assert StateFile(str(tmp_path / "state"), cluster="prod", node="a").load() == forgetful
 
 
 def test_save_replaces_the_file_whole_and_load_reads_it_back(tmp_path: Path) -> None:

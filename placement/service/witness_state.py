@@ -33,6 +33,7 @@ import time
 
 from ownership.durable import StateRecordError, decode, encode
 from ownership.lease import WitnessState
+from ownership.views import AcceptorState
 
 from ..errors import InvalidConfigError
 
@@ -65,7 +66,9 @@ class StateFile:
             _log.warning("--state-dir: no %s: the first start of node %r with this directory. If this node "
                          "ran before and its file was lost, it votes on stable views only after the restart "
                          "quiet time (docs/ownership.md)", self.path, self.node)
-            self._save_at_start(WitnessState())
+            # Marked forgetful until it may vote (``AcceptorState.forgetful``): if this was a
+            # restart whose file was lost, its next restart must not skip the quiet time either.
+            self._save_at_start(WitnessState(AcceptorState(forgetful=True)))
             return None
         except OSError as exc:
             raise InvalidConfigError(f"--state-dir {self.path}: cannot read it: {exc.strerror or exc}") from None
