@@ -46,7 +46,9 @@ and gives it back to the restarted process (``restored``). Such an acceptor keep
 across the restart, so it votes at once: it installs no view older than the one it held (all
 of them were chosen; a stale proposer is told the restored view), and its promise and
 acceptance for the restored view's successor are those it made. For any later slot it never
-promised anything: it would have installed the view before, and written it.
+promised anything: it would have installed the view before, and written it. A process that
+started without its predecessor's promises (none kept, or lost) is *forgetful* until it may vote
+(below); its record says so, and a restart from such a record waits the quiet time as well.
 
 Without stable storage an acceptor forgets its promises when its process restarts. A restarted
 witness (one whose first view already names it) therefore takes no part in choosing views for
