@@ -11,6 +11,7 @@ code. The rules, what they guarantee and under which assumptions: docs/ownership
 ``messages``  the core's actions (``Acquired``, ``Release``, ``Ended``) and handoff messages
 ``config``    ``ExclusiveConfig``, the rules' timing
 ``wire``      the datagram form of every ownership message (fragments, optional AES-GCM)
+``durable``   the record of a witness's promises (``lease.WitnessState``) as checked bytes
 
 Layers: ``ownership`` uses the placement math (``placement.table``) and nothing of the service;
 ``placement.service`` and ``simulations`` drive it.

@@ -85,7 +85,7 @@ from typing import Any
 from placement.table import PlacementTable
 
 from .config import ExclusiveConfig
-from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, is_quorum, view_epoch, witnesses_of
+from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, WitnessState, is_quorum, view_epoch, witnesses_of
 from .messages import (
     CENSUS_BATCH,
     Acquired,
@@ -169,7 +169,7 @@ class Ownership:
     and ``now``; read ``actions()``, ``messages(now)`` and ``get_timer()`` after every call."""
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
-                 now: float, *, founder: bool, weight: float = 1.0) -> None:
+                 now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None) -> None:
         self.me = me
         self.config = config
         self._tables = tables
@@ -177,7 +177,7 @@ class Ownership:
         # promised as a witness: it takes no part in choosing views for a while.
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now,
-                                 quiet_s=0.0 if founder else 2 * config.lease_s)
+                                 quiet_s=0.0 if founder else 2 * config.lease_s, restored=restored)
         self.view: dict[str, float] = {me: 0.0}
         #: No acquisition other than by note before then (rule 9): every ownership that could
         #: still exist under an older view has ended by then.

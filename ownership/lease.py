@@ -80,6 +80,7 @@ from typing import NamedTuple
 from .views import (
     Accept,
     Accepted,
+    AcceptorState,
     Decided,
     Prepare,
     Promise,
@@ -91,7 +92,7 @@ from .views import (
 )
 
 __all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
-           "witnesses_of", "is_quorum", "view_epoch", "VIEW_EPOCHS"]
+           "witnesses_of", "is_quorum", "view_epoch", "VIEW_EPOCHS", "WitnessState"]
 
 #: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
 #: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
@@ -156,6 +157,34 @@ LeaseMessage = LeaseReq | LeaseReply | Condemn | CondemnReply | ViewMessage
 
 
 @dataclass(frozen=True)
+class WitnessState:
+    """What a member promised as a witness, for a driver to keep across restarts
+    (``QuorumLease.durable_state``; ``ownership.views``, "Restarts"): its acceptor state, the
+    highest epoch reserve it granted each member, its standing condemnations and its nonce
+    counter (so a restarted witness never reuses a nonce a condemned member may echo)."""
+
+    views: AcceptorState = field(default_factory=AcceptorState)
+    reserves: Mapping[str, int] = field(default_factory=dict)
+    condemnations: Mapping[str, int] = field(default_factory=dict)
+    nonce_seq: int = 0
+
+
+class _Tracked(dict[str, int]):
+    """A dict that counts the changes of its values (``QuorumLease.durable_changes``)."""
+
+    changes = 0
+
+    def __setitem__(self, key: str, value: int) -> None:
+        if self.get(key) != value:
+            self.changes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.changes += 1
+        super().__delitem__(key)
+
+
+@dataclass(frozen=True)
 class Install:
     """A stable view was installed at ``at``. ``carried``: a step from the view the lease was
     granted under, so ownership may carry over (releases under way end by ``cap``, the end of
@@ -189,7 +218,8 @@ class QuorumLease:
     """The lease of member ``me`` and its witness duties (module docstring)."""
 
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
-                 max_drift: float, now: float, quiet_s: float = 0.0) -> None:
+                 max_drift: float, now: float, quiet_s: float = 0.0,
+                 restored: WitnessState | None = None) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
@@ -199,9 +229,11 @@ class QuorumLease:
         #: The linear history of stable views (``ownership.views``). A restarted process
         #: takes no part in choosing views for ``quiet_s`` (it forgot its promises): one whose
         #: first view already names it (a new member learns its first view before it is in it).
+        #: ``restored`` (what its previous process promised, kept by the driver): no quiet time.
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
-                                 send=self._queue, on_install=self._installed)
-        self._quiet_s = quiet_s
+                                 send=self._queue, on_install=self._installed,
+                                 restored=None if restored is None else restored.views)
+        self._quiet_s = quiet_s if restored is None or restored.views.forgetful else 0.0
         #: Views installed and not yet acted on by the owner (``ownership.core``).
         self.installs: list[Install] = []
         self.learned_at = now  # when the installed view was learned
@@ -243,8 +275,8 @@ class QuorumLease:
         self._to_self: list[tuple[str, ViewMessage]] = []
         self._flushing = False
         # witness side
-        self._condemnations: dict[str, int] = {}  # member -> nonce of its standing condemnation
-        self._reserves: dict[str, int] = {}  # member -> highest epoch reserve granted to it
+        self._condemnations: dict[str, int] = _Tracked()  # member -> nonce of its standing condemnation
+        self._reserves: dict[str, int] = _Tracked()  # member -> highest epoch reserve granted to it
         #: This process's start: a grant made by a previous process of this witness id (a
         #: restart) was made before it, so "no grant since then" is reported as a grant then.
         self._born = now
@@ -259,6 +291,27 @@ class QuorumLease:
         self.previous: PreviousView | None = None
         self._out: list[tuple[str, LeaseMessage]] = []
         self.requests_refused = 0
+        if restored is not None:
+            self._restore(restored)
+
+    # ------------------------------------------------------------------ durable state
+
+    def _restore(self, state: WitnessState) -> None:
+        dict.update(self._reserves, state.reserves)
+        dict.update(self._condemnations, state.condemnations)
+        self._nonce_seq = max(state.nonce_seq, *state.condemnations.values(), 0)
+
+    @property
+    def durable_changes(self) -> int:
+        """Rises whenever ``durable_state()`` changes (a driver that keeps it writes it down
+        before sending anything produced after the rise)."""
+        assert isinstance(self._reserves, _Tracked) and isinstance(self._condemnations, _Tracked)
+        return self.views.durable_changes + self._reserves.changes + self._condemnations.changes
+
+    def durable_state(self) -> WitnessState:
+        """What this member promised as a witness (``WitnessState``)."""
+        return WitnessState(self.views.durable_state(), dict(self._reserves), dict(self._condemnations),
+                            self._nonce_seq)
 
     # ------------------------------------------------------------------ holder side
 

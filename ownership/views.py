@@ -38,8 +38,20 @@ mid-way cannot block the view forever (phase 1 finds the accepted value and fini
 Competing proposers retry with higher rounds after a back-off that grows with their rank, so
 one of them wins.
 
-Known limit: an acceptor forgets its promises when its process restarts. A restarted witness
-(one whose first view already names it) therefore takes no part in choosing views for
+Restarts. What an acceptor promised is its *durable state* (``AcceptorState``: the installed
+view, the ballot it promised, what it accepted for the successor); ``durable_changes`` rises
+whenever it changes. A driver that keeps it (``placement --state-dir``; the simulator's
+``SwimNode``) writes it to stable storage before it sends any message produced after a change,
+and gives it back to the restarted process (``restored``). Such an acceptor keeps its promises
+across the restart, so it votes at once: it installs no view older than the one it held (all
+of them were chosen; a stale proposer is told the restored view), and its promise and
+acceptance for the restored view's successor are those it made. For any later slot it never
+promised anything: it would have installed the view before, and written it. A process that
+started without its predecessor's promises (none kept, or lost) is *forgetful* until it may vote
+(below); its record says so, and a restart from such a record waits the quiet time as well.
+
+Without stable storage an acceptor forgets its promises when its process restarts. A restarted
+witness (one whose first view already names it) therefore takes no part in choosing views for
 ``quiet_s`` after it learns that view: a successor chosen before it crashed reaches the other
 members within that time in any run where messages are delivered within it (an assumption,
 stated in docs/ownership.md; not needed by anything else). A new member learns its first view
@@ -48,12 +60,13 @@ before it is in it, so it votes at once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["View", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
+__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
            "view_checksum", "witnesses_of", "is_quorum"]
 
 
@@ -104,6 +117,20 @@ class View:
 
 
 NO_VIEW = View(0, (), (), view_checksum(0, (), ()))
+
+
+@dataclass(frozen=True)
+class AcceptorState:
+    """What a witness promised in choosing views (``StableViews.durable_state``): its installed
+    view (NO_VIEW: none yet), the ballot it promised for the successor, and the ballot and value
+    it accepted for it, if any. Plain values, so a driver can write it down."""
+
+    view: View = NO_VIEW
+    promised: tuple[int, str] = (0, "")
+    accepted: tuple[tuple[int, str], View] | None = None
+    #: The process that holds it started without its predecessor's promises (no state kept,
+    #: or lost) and has not voted since: a restart with it waits the quiet time as well.
+    forgetful: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,11 +199,13 @@ class _Proposal:
 class StableViews:
     """The installed stable view of member ``me``, its acceptor for the successor, and its
     proposer (module docstring). ``send(dst, msg)`` queues a message; ``on_install(old, new,
-    now)`` is called for every view installed, in order of number."""
+    now)`` is called for every view installed, in order of number. ``restored``: the durable
+    state of this member's previous process (module docstring, "Restarts")."""
 
     def __init__(self, me: str, *, witnesses: int, resend_s: float, quiet_until: float,
                  send: Callable[[str, ViewMessage], None],
-                 on_install: Callable[[View, View, float], None]) -> None:
+                 on_install: Callable[[View, View, float], None],
+                 restored: AcceptorState | None = None) -> None:
         self.me = me
         self.k = witnesses
         self.resend_s = resend_s
@@ -194,6 +223,24 @@ class StableViews:
         #: accepted value instead (``_on_accepted``): the chosen view is not news to this member,
         #: so its view, if still that proposal, may be proposed again (``Ownership._maybe_propose``).
         self.superseded: View | None = None
+        #: Rises whenever ``durable_state()`` changes: the driver writes that state down before
+        #: it sends anything produced after the rise.
+        self.durable_changes = 0
+        #: The previous process's promises, until a view at least as late is installed.
+        self._restored = restored if restored is not None and restored.view.num > 0 else None
+        #: Started without the promises of every predecessor, and not voted since (a vote needs
+        #: the quiet time to have passed, after which forgotten promises no longer matter).
+        self._forgetful = restored is None or restored.forgetful
+        #: The latest view refused for being older than the restored one (0: none): the others
+        #: are behind, or the restored state is from an earlier cluster of the same name.
+        self.older_refused = 0
+
+    def durable_state(self) -> AcceptorState:
+        """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
+        again, a restarted acceptor's state is the one it was given."""
+        if self._restored is not None:
+            return dataclasses.replace(self._restored, forgetful=self._forgetful)
+        return AcceptorState(self.view, self._promised, self._accepted, self._forgetful)
 
     @property
     def pending(self) -> bool:
@@ -205,11 +252,22 @@ class StableViews:
         """Install ``view`` if it is later than the installed one (it must have been chosen)."""
         if view.num <= self.view.num:
             return False
+        restored = self._restored
+        if restored is not None and view.num < restored.view.num:
+            self.older_refused = max(self.older_refused, view.num)
+            return False  # older than a view this acceptor held before it restarted (chosen since)
         old, self.view = self.view, view
         self.superseded = None
         self.witnesses = witnesses_of(view.members, self.k)
         self._promised, self._accepted, self._proposal = (0, ""), None, None
+        if restored is not None:
+            self._restored = None
+            if view.ck == restored.view.ck:  # the view it held: its promises for the successor stand
+                self._promised, self._accepted = restored.promised, restored.accepted
+        self.durable_changes += 1
         self._on_install(old, view, now)
+        if old.num == 0 and now >= self.quiet_until:
+            self._voting()  # no quiet time (a new member, a founder): it may vote at once
         return True
 
     # ------------------------------------------------------------------ proposer
@@ -320,12 +378,16 @@ class StableViews:
     def _on_prepare(self, src: str, m: Prepare, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()  # chosen already: the proposer is behind
+        if self._restored is not None:
+            return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None  # behind (a request will teach us the view), or just restarted
+        self._voting()
         ballot = (m.rnd, src)
         if ballot <= self._promised:
             return Promise(m.slot, self._promised[0], False)
         self._promised = ballot
+        self.durable_changes += 1
         if self._accepted is None:
             return Promise(m.slot, m.rnd, True)
         (acc_rnd, acc_by), v = self._accepted
@@ -334,8 +396,11 @@ class StableViews:
     def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()
+        if self._restored is not None:
+            return self._restored_answer(m.slot)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None
+        self._voting()
         ballot = (m.rnd, src)
         value = View.checked(m.slot, m.members, m.weights)
         if value is None:
@@ -344,7 +409,21 @@ class StableViews:
             return Accepted(m.slot, m.rnd, False)
         self._promised = ballot
         self._accepted = (ballot, value)
+        self.durable_changes += 1
         return Accepted(m.slot, m.rnd, True)
+
+    def _voting(self) -> None:
+        if self._forgetful:  # past any quiet time: what a predecessor forgot no longer matters
+            self._forgetful = False
+            self.durable_changes += 1
+
+    def _restored_answer(self, slot: int) -> ViewMessage | None:
+        """A restarted acceptor that has not installed a view since: the view it held was
+        chosen, and so was every view before it, so a proposer for one of those slots is told
+        that view. For later slots it waits until it learns the view they follow."""
+        r = self._restored
+        assert r is not None
+        return Decided(r.view.num, r.view.members, r.view.weights) if slot <= r.view.num else None
 
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from membership import MembershipConfig
 from ownership import ExclusiveConfig
+from ownership.lease import WitnessState
 from placement import PlacementTable
 
 from . import invariants
@@ -52,6 +53,10 @@ class SwimSystem:
         #: so other draws are unchanged); it only shifts the probe schedule's periods.
         self.clock_skew_s = 0.0
         self._skew_rng: random.Random | None = None
+        #: Each witness's promises (``ownership.lease.WitnessState``) as its processes persisted
+        #: them, by node id: kept across crashes and given to the restarted process, as
+        #: ``--state-dir`` does. None (the default): a restarted process forgets them.
+        self.durable: dict[str, WitnessState] | None = None
 
     def attach(self, cluster: Cluster) -> None:
         self.config = dataclasses.replace(self.config, cluster_settings=cluster.placement.fingerprint())
@@ -74,7 +79,7 @@ class SwimSystem:
                         placement=cluster.placement, seeds=lambda: cluster.seed_addrs(node_id),
                         on_event=cluster.metrics.member_event, clock_offset_s=offset,
                         exclusive=self.exclusive, drain_s=self.drain_s,
-                        on_ownership=cluster.metrics.ownership)
+                        on_ownership=cluster.metrics.ownership, durable=self.durable)
 
     def settled(self, cluster: Cluster) -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]

@@ -55,12 +55,14 @@ def wide_schedule(seed: int, nodes_range: tuple[int, int] = (3, 12)) -> tuple[in
 
 def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0, *,
         epochs_invariant: bool = True, wide: bool = False,
-        nodes_range: tuple[int, int] = (3, 12)) -> dict[str, Any]:
+        nodes_range: tuple[int, int] = (3, 12), durable_state: bool = False) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
     epoch regression and counts it (``epoch_regressions``). ``wide``: the wider schedules of
     ``wide_schedule`` (``nodes`` is then drawn from ``nodes_range``). ``settled_at`` in the
-    result: when the last fault ended (the heal, or a freeze that outlasted it), after warm-up."""
+    result: when the last fault ended (the heal, or a freeze that outlasted it), after warm-up.
+    ``durable_state``: a restarted witness gets back the promises its previous process
+    persisted (``--state-dir``), and so takes part in choosing views at once."""
     if wide:
         nodes, faults = wide_schedule(seed, nodes_range)
     else:
@@ -143,7 +145,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         apply(cluster)
 
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
-                          system="swim-exclusive", before_run=before_run)
+                          system="swim-exclusive", before_run=before_run, durable_state=durable_state)
     result["schedule"] = faults
     result["nodes"] = nodes
     result["quorum_at_end"] = quorum_at_end(clusters[0])
@@ -184,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the wider schedules: cluster size from --nodes-range, bursts, repeated restarts, "
                         "long one-way cuts, witness restarts during view changes (module docstring)")
     p.add_argument("--nodes-range", default="3:12", help="with --wide: A:B, cluster sizes A..B (default 3:12)")
+    p.add_argument("--durable-state", action="store_true",
+                   help="witnesses keep their promises across restarts, as with --state-dir")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     lo, hi = map(int, args.nodes_range.split(":"))
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
-                    wide=args.wide, nodes_range=(lo, hi))
+                    wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:
                 regressed += 1

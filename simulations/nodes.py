@@ -28,6 +28,7 @@ import numpy as np
 from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
 from ownership import Ended, ExclusiveConfig, Ownership, Release, wire
+from ownership.lease import WitnessState
 from placement import PlacementTable
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
@@ -143,8 +144,13 @@ class SwimNode(Node):
                  placement: PlacementSettings, seeds: Callable[[], list[tuple[str, int]]],
                  on_event: Callable[[SwimNode, MemberEvent], None], clock_offset_s: float = 0.0,
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
-                 on_ownership: Callable[[SwimNode, object], None] | None = None) -> None:
+                 on_ownership: Callable[[SwimNode, object], None] | None = None,
+                 durable: dict[str, WitnessState] | None = None) -> None:
         super().__init__(sim, node_id, index, weight)
+        #: Stable storage of witness promises, by node id (``SwimSystem.durable``): what a
+        #: process wrote before sending is what its restart gets back. None: forgotten.
+        self.durable = durable
+        self._durable_changes = -1
         #: Exclusive ownership (``ownership.core``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).
         self.exclusive = exclusive
@@ -188,8 +194,11 @@ class SwimNode(Node):
         self._owned_version += 1
         self._swim_leave_started = False
         if self.exclusive is not None:
+            # (A founder starts a new cluster: the node refuses to found one over kept promises.)
+            restored = None if self.durable is None or not seeds else self.durable.get(self.node_id)
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds,
-                                 weight=self.weight)
+                                 weight=self.weight, restored=restored)
+            self._durable_changes = self.own.lease.durable_changes
             self._fragments = wire.Reassembler()  # a new process: nothing half-received
             self.own.set_view(self.view, (), now)
         self.core.join(seeds, now)
@@ -371,6 +380,10 @@ class SwimNode(Node):
         by_dst: dict[str, list] = {}
         for dst, msg in own.messages(now):
             by_dst.setdefault(dst, []).append(msg)
+        if self.durable is not None and own.lease.durable_changes != self._durable_changes:
+            # Written before anything is sent, as ``--state-dir`` does (``ExclusiveRunner``).
+            self._durable_changes = own.lease.durable_changes
+            self.durable[self.node_id] = own.lease.durable_state()
         for dst, msgs in by_dst.items():
             node = sim.nodes.get(dst)
             if node is not None and node.addr is not None:

@@ -236,8 +236,9 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None,
-                 check_cores: bool = True) -> dict[str, Any]:
+                 check_cores: bool = True, durable_state: bool = False) -> dict[str, Any]:
     """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
+    ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``).
 
     The system's invariants (``simulations.invariants``) are checked after every step and a
     violation raises ``InvariantViolation``; ``check_cores`` (the default: tests, the fuzzer)
@@ -259,6 +260,10 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
         if not hasattr(sys_, "clock_skew_s"):
             raise ValueError(f"system {system!r} has no clocks to skew")
         sys_.clock_skew_s = clock_skew_s
+    if durable_state:
+        if not hasattr(sys_, "durable"):
+            raise ValueError(f"system {system!r} has no witnesses to keep state for")
+        sys_.durable = {}
     if loss is not None and "loss" in kwargs:
         kwargs["loss"] = loss
     network = Network(LinkModel(latency_s, jitter_s, 0.0))

@@ -199,3 +199,21 @@ def test_the_prestop_hook_makes_a_node_leave_and_exit():
         if node.poll() is None:
             node.kill()
             node.wait(10)
+
+
+@pytest.mark.parametrize("sts, pod", [("placement", POD_NAME), ("placement-witness", "placement-witness-0")])
+def test_the_state_dir_is_on_the_pods_own_volume(sts: str, pod: str) -> None:
+    """--state-dir (docs/ownership.md): a witness's promises survive its restarts only on a
+    volume that outlives the pod and follows its name: a volumeClaimTemplate, mounted there."""
+    env = pod_environment(sts, pod)
+    c = container(sts)
+    args = build_parser().parse_args(c["args"])
+    env.pop("PLACEMENT_JOIN")
+    config, _ = (config_from_args if sts == "placement" else witness_config_from_args)(args, env)
+    assert config.state_dir == env["PLACEMENT_STATE_DIR"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    spec = resources()[f"StatefulSet/{sts}"]["spec"]
+    claims = {t["metadata"]["name"] for t in spec["volumeClaimTemplates"]}
+    assert mounts[config.state_dir] in claims
+    pod_security = spec["template"]["spec"]["securityContext"]
+    assert pod_security["fsGroup"] == pod_security["runAsGroup"]  # the volume is writable by the node

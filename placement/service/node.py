@@ -72,6 +72,7 @@ from membership import (
 from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
 from ownership import ExclusiveConfig
+from ownership.lease import WitnessState
 from ownership.survival import Survival, assess
 from ownership.views import View, witnesses_of
 
@@ -83,6 +84,7 @@ from .background import detach
 from .console.events import EventLog
 from .node_ownership import ExclusiveRunner, Grant, _Hooks
 from .node_thread import MembershipThread
+from .witness_state import StateFile
 
 Addr = tuple[str, int]
 
@@ -126,10 +128,16 @@ class NodeConfig:
     #: says, at once; two owners possible during splits and freezes).
     ownership: str = "exclusive"
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
+    #: Where the witness keeps what it promised across restarts (``witness_state``); None:
+    #: it forgets, and a restart waits the quiet time before voting (docs/ownership.md).
+    state_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.ownership not in ("exclusive", "available"):
             raise InvalidConfigError(f"ownership must be 'exclusive' or 'available', got {self.ownership!r}")
+        if self.state_dir is not None and self.ownership != "exclusive":
+            raise InvalidConfigError("--state-dir keeps a witness's promises, and only exclusive ownership has "
+                                     "witnesses: drop --state-dir or --ownership available")
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
         if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
             raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
@@ -238,9 +246,18 @@ class Node:
         self.placement_changes = 0
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
+        self._state: tuple[StateFile | None, WitnessState | None] = (None, None)  # --state-dir (start)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
+        c = self.config
+        if c.state_dir is not None and c.ownership == "exclusive":
+            # Read (and checked) before anything starts: a bad file is a configuration error.
+            state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
+            restored = state_file.load()
+            if not c.join:
+                state_file.check_founder(restored)
+            self._state = (state_file, restored)
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
         self._on_event(None, await self._thread.start(self._open))
@@ -258,10 +275,12 @@ class Node:
         )
         runner = None
         if c.ownership == "exclusive":
+            state_file, restored = self._state
             runner = ExclusiveRunner(
                 c.node_id, c.exclusive, c.table_config, founder=not c.join, weight=c.weight, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
-                hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended, self._t_view))
+                hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended, self._t_view),
+                state_file=state_file, restored=restored)
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
         return member, runner
 

@@ -82,6 +82,10 @@ NODE_FLAGS = (
               "seconds a released partition may drain before it is handed on anyway (default 5)"),
     _NodeFlag("--worker", argtypes.import_ref, None,
               "MODULE:NAME of a PartitionProcessor factory (placement.service.workers): run one per owned partition"),
+    _NodeFlag("--state-dir", argtypes.non_empty, None,
+              "directory where this member keeps what it promised as a witness (written and fsynced before it "
+              "answers), so a restart keeps those promises; default: none (a restart forgets them and waits "
+              "before voting)"),
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -173,7 +177,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
-        join_timeout_s=v["join_timeout"],
+        join_timeout_s=v["join_timeout"], state_dir=v["state_dir"],
     )
     return config, http
 

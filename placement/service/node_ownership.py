@@ -42,9 +42,11 @@ from membership import SUSPECT, MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
 from ownership import Acquired, Ended, ExclusiveConfig, Ownership, Release, wire
+from ownership.lease import WitnessState
 from ownership.views import View
 
 from ..table import PlacementTable, TableConfig
+from .witness_state import StateFile
 
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
 
@@ -90,7 +92,8 @@ class ExclusiveRunner:
     """Drives one ``Ownership`` with the real clock; see the module docstring."""
 
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
-                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0) -> None:
+                 member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0,
+                 state_file: StateFile | None = None, restored: WitnessState | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -99,7 +102,14 @@ class ExclusiveRunner:
         self._table: PlacementTable | None = None
         self._table_view: dict[str, float] = {}
         self._hooks = hooks
-        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight)
+        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
+                             restored=restored)
+        #: ``--state-dir``: the witness's promises are written there before anything produced
+        #: after a change is sent (``placement.service.witness_state``).
+        self._state_file = state_file
+        self._saved_changes = self.own.lease.durable_changes
+        self.state_write_errors = 0
+        self._older_told = 0
         self._grants: dict[int, Grant] = {}
         self.holding = Holding()
         # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
@@ -208,6 +218,8 @@ class ExclusiveRunner:
             "votes": own.me in own.lease.witnesses,  # one of the witnesses of its stable view
             "counters": dataclasses.asdict(own.counters),
             "dropped": self.dropped["malformed"] + self._fragments.dropped,
+            **({} if self._state_file is None else {"state_writes": self._state_file.writes,
+                                                    "state_write_errors": self.state_write_errors}),
         }
 
     # ------------------------------------------------------------------ outputs
@@ -233,6 +245,26 @@ class ExclusiveRunner:
         by_dst: dict[str, list[Any]] = {}
         for dst, msg in own.messages(now):
             by_dst.setdefault(dst, []).append(msg)
+        if self._state_file is not None and own.lease.durable_changes != self._saved_changes:
+            changes = own.lease.durable_changes
+            try:
+                self._state_file.save(own.lease.durable_state())
+                self._saved_changes = changes
+            except OSError as exc:
+                # Not written, so not said: these datagrams are dropped (the core resends, as
+                # after a loss) and the write is tried again before the next ones.
+                self.state_write_errors += 1
+                _log.error("--state-dir %s: cannot write what this witness promised (%s); sending nothing "
+                           "until it can", self._state_file.path, exc.strerror or exc)
+                by_dst = {}
+        views = own.lease.views
+        if views.older_refused > self._older_told and not views.view.members and self._state_file is not None:
+            self._older_told = views.older_refused
+            restored = views.durable_state().view.num
+            _log.error("--state-dir %s holds stable view %d, but the cluster offers view %d: this member keeps "
+                       "no view older than one it held. If the cluster was created anew under the same name, "
+                       "this file is from the old one: stop this node and delete the file (it forgets those "
+                       "promises)", self._state_file.path, restored, views.older_refused)
         if by_dst:
             core = self._member.core
             for dst, msgs in by_dst.items():

@@ -1,0 +1,133 @@
+"""The witness state record (ownership.durable) and its file (placement.service.witness_state):
+every bad file gives the documented error or fallback, never a state it did not verify."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from ownership.durable import StateRecordError, decode, encode
+from ownership.lease import WitnessState
+from ownership.views import AcceptorState, View
+from placement.errors import InvalidConfigError
+from placement.service.witness_state import FILE_NAME, StateFile
+
+VIEW = View.of(7, {"a": 1.0, "b": 0.0, "c": 2.5})
+NEXT = View.of(8, {"a": 1.0, "c": 2.5})
+STATE = WitnessState(AcceptorState(VIEW, (4, "c"), ((3, "a"), NEXT)), {"a": 1 << 17, "c": 1 << 16}, {"b": 5}, 9)
+DATA = encode(STATE, cluster="prod", node="a")
+
+
+def test_a_record_round_trips() -> None:
+    assert decode(DATA, cluster="prod", node="a") == STATE
+    empty = WitnessState()
+    assert decode(encode(empty, cluster="prod", node="a"), cluster="prod", node="a") == empty
+
+
+def test_a_record_truncated_at_any_length_is_refused() -> None:
+    for n in range(len(DATA)):
+        with pytest.raises(StateRecordError):
+            decode(DATA[:n], cluster="prod", node="a")
+    header = DATA.index(b"\n") + 1
+    with pytest.raises(StateRecordError, match="truncated: 10 of"):
+        decode(DATA[:header + 10], cluster="prod", node="a")
+    with pytest.raises(StateRecordError, match="truncated in its header"):
+        decode(DATA[:header - 1], cluster="prod", node="a")
+
+
+def test_a_flipped_byte_anywhere_is_refused() -> None:
+    for i in range(len(DATA)):
+        for bit in (0x01, 0x20, 0x80):
+            bad = bytearray(DATA)
+            bad[i] ^= bit
+            with pytest.raises(StateRecordError):
+                decode(bytes(bad), cluster="prod", node="a")
+
+
+def test_bytes_after_the_record_are_refused() -> None:
+    with pytest.raises(StateRecordError, match="1 bytes after its end"):
+        decode(DATA + b"\n", cluster="prod", node="a")
+
+
+def test_a_record_of_another_node_cluster_or_version_is_refused() -> None:
+    with pytest.raises(StateRecordError, match="written for node 'a', not 'b'"):
+        decode(DATA, cluster="prod", node="b")
+    with pytest.raises(StateRecordError, match="written for cluster 'prod', not 'test'"):
+        decode(DATA, cluster="test", node="a")
+    other = DATA.replace(b"placement-witness-state 1 ", b"placement-witness-state 2 ", 1)
+    with pytest.raises(StateRecordError, match="format version 2, this program reads version 1"):
+        decode(other, cluster="prod", node="a")
+    with pytest.raises(StateRecordError, match="not a witness state record"):
+        decode(b'{"view": [7]}\n', cluster="prod", node="a")
+
+
+def test_a_well_sealed_record_with_bad_values_is_refused() -> None:
+    # The checksum matches (a writer's bug, not a disk's): the values are checked too.
+    import hashlib
+    import json
+
+    doc = json.loads(DATA[DATA.index(b"\n") + 1:])
+    doc["state"]["accepted"][2][0] = 9  # accepted a value that does not follow view 7
+    body = json.dumps(doc).encode()
+    data = b"placement-witness-state 1 %d %s\n" % (len(body), hashlib.sha256(body).hexdigest().encode()) + body
+    with pytest.raises(StateRecordError, match="does not follow"):
+        decode(data, cluster="prod", node="a")
+
+
+def test_a_missing_file_is_a_first_start_and_writes_an_empty_record(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    f = StateFile(str(tmp_path / "state"), cluster="prod", node="a")
+    with caplog.at_level(logging.WARNING, logger="placement.node"):
+        assert f.load() is None
+    assert "the first start of node 'a'" in caplog.text and "quiet time" in caplog.text
+    # Marked forgetful (this may have been a restart whose file was lost) until it may vote.
+    forgetful = WitnessState(AcceptorState(forgetful=True))
+    assert decode((tmp_path / "state" / FILE_NAME).read_bytes(), cluster="prod", node="a") == forgetful
+    assert StateFile(str(tmp_path / "state"), cluster="prod", node="a").load() == forgetful
+
+
+def test_save_replaces_the_file_whole_and_load_reads_it_back(tmp_path: Path) -> None:
+    f = StateFile(str(tmp_path), cluster="prod", node="a")
+    f.save(WitnessState())
+    f.save(STATE)
+    assert sorted(os.listdir(tmp_path)) == [FILE_NAME]  # no temp file left behind
+    assert StateFile(str(tmp_path), cluster="prod", node="a").load() == STATE
+    assert f.writes == 2 and f.max_write_s > 0
+
+
+@pytest.mark.parametrize("content, why", [
+    (DATA[:len(DATA) // 2], "truncated"),
+    (b"", "empty"),
+    (DATA.replace(b'"nonce_seq":9', b'"nonce_seq":8'), "checksum mismatch"),
+])
+def test_a_bad_file_is_a_configuration_error_naming_it(tmp_path: Path, content: bytes, why: str) -> None:
+    (tmp_path / FILE_NAME).write_bytes(content)
+    with pytest.raises(InvalidConfigError) as err:
+        StateFile(str(tmp_path), cluster="prod", node="a").load()
+    text = str(err.value)
+    assert str(tmp_path / FILE_NAME) in text and why in text and "Restore it" in text
+    assert (tmp_path / FILE_NAME).read_bytes() == content  # left as it was, for the operator
+
+
+def test_a_file_of_another_node_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / FILE_NAME).write_bytes(DATA)
+    with pytest.raises(InvalidConfigError, match="written for node 'a', not 'b'"):
+        StateFile(str(tmp_path), cluster="prod", node="b").load()
+
+
+def test_a_founder_over_kept_promises_is_refused(tmp_path: Path) -> None:
+    f = StateFile(str(tmp_path), cluster="prod", node="a")
+    f.check_founder(None)
+    f.check_founder(WitnessState())
+    with pytest.raises(InvalidConfigError, match=r"holds stable view 7 .* --join"):
+        f.check_founder(STATE)
+
+
+def test_a_directory_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(InvalidConfigError, match=r"--state-dir .*file"):
+        StateFile(str(blocker), cluster="prod", node="a").load()
