@@ -24,7 +24,7 @@ import argparse
 import random
 from typing import Any
 
-from ownership.lease import is_quorum
+from ownership.lease import is_quorum, witnesses_of
 
 from .cluster import Cluster
 from .engine import InvariantViolation
@@ -156,13 +156,19 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
 def quorum_at_end(cluster) -> bool:
     """Does the latest stable view keep a majority of its witnesses running? Without one no
     member can hold a lease, so partitions stay unowned by design (keep-majority); with one,
-    a partition unowned long after the heal is a liveness defect."""
-    owns = [n.own for n in cluster.nodes.values() if n.up and getattr(n, "own", None) is not None]
-    if not owns:
+    a partition unowned long after the heal is a liveness defect. "Latest" counts the views
+    running witnesses kept in their persisted state too (``--durable-state``): a restarted
+    witness that remembers view n refuses to go back to an older one, so only n's witnesses can
+    move the cluster on."""
+    running = [n for n in cluster.nodes.values() if n.up and getattr(n, "own", None) is not None]
+    if not running:
         return False
-    latest = max(owns, key=lambda o: o.lease.num).lease
-    running = {o.me for o in owns}
-    return is_quorum(running & set(latest.witnesses), latest.witnesses)
+    views = [n.own.lease.views.view for n in running]
+    views += [n.durable[n.node_id].views.view for n in running
+              if getattr(n, "durable", None) is not None and n.node_id in n.durable]
+    latest = max(views, key=lambda v: v.num)
+    witnesses = witnesses_of(latest.members, running[0].own.lease.views.k)
+    return is_quorum({n.node_id for n in running} & set(witnesses), witnesses)
 
 
 #: A run must last this long after its last fault ended (``settled_at``) before partitions

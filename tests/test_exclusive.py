@@ -272,6 +272,16 @@ def test_known_limit_a_restarted_witness_lets_epochs_fall(seed: int) -> None:
     run(seed, duration_s=180, wide=True)
 
 
+@pytest.mark.parametrize("seed", RESTARTED_WITNESS_SEEDS)
+def test_witnesses_that_keep_their_promises_keep_epochs_rising(seed: int) -> None:
+    """The same schedules with persisted witness state (``--state-dir``; issue 29 item 5): every
+    invariant holds, "epochs rise" and no two owners included (a violation raises)."""
+    from simulations.fuzz_ownership import run
+
+    r = run(seed, duration_s=180, wide=True, durable_state=True)
+    assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
+
+
 def test_a_split_keeps_exactly_one_side_owning() -> None:
     r = run_scenario("split", nodes=8, duration_s=40, seed=3, partitions=128, system="swim-exclusive",
                      params={"split_s": 20.0})
