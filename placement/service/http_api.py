@@ -38,11 +38,12 @@ from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
 from .console.events import EventLog
 from .console.routes import add_console_routes
+from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
 MAX_ROUTE_KEYS = 1_000_000
-MAX_ROUTE_BODY_BYTES = 64 * 1024 * 1024
+MAX_ROUTE_BODY_BYTES = MAX_BODY_BYTES  # every body's limit (http_limits.BodyLimit), counted as it streams
 MAX_WAIT_S = 60.0
 #: OpenAPI responses of a route by status, as FastAPI's ``responses=`` takes them.
 Responses = dict[int | str, dict[str, Any]]
@@ -353,6 +354,9 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0],
                   generate_unique_id_function=lambda route: route.name)
     collector = _NodeCollector(node)
+    # Outermost first: a cross-site request is refused before its body is read (http_limits).
+    app.add_middleware(BodyLimit)
+    app.add_middleware(CrossSite, advertised=[getattr(getattr(node, "config", None), "http_advertise", "") or ""])
 
     def openapi() -> dict[str, Any]:
         """FastAPI's document, plus the schemas that only raw ``responses`` entries name."""
@@ -435,7 +439,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         return _encode(request, body)
 
     @app.post("/v1/route", response_model=RouteOut,
-              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 413, 415, 422, 503)},
+              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 403, 413, 415, 422, 503)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": RouteIn.model_json_schema()},
                   MSGPACK: {"schema": RouteIn.model_json_schema()}}}})

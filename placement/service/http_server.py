@@ -1,6 +1,7 @@
 """The HTTP server a node runs: uvicorn with no signal handling and no periodic tick, the
-``Date`` header added per response (``DateHeader``), and the listening socket bound up front so a
-port in use is a one-line error naming the flag.
+``Date`` header added per response (``DateHeader``), the listening socket bound up front so a
+port in use is a one-line error naming the flag, and bounds on request heads (``_protocol_class``:
+16 KiB, and a header-read timeout uvicorn does not have).
 """
 
 from __future__ import annotations
@@ -26,14 +27,23 @@ _Send = Callable[[_Message], Awaitable[None]]
 _ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
 
 
-def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
+#: A client must send a whole request head within this many seconds of connecting, or of the
+#: end of its previous response (``_protocol_class``).
+HEADER_TIMEOUT_S = 10.0
+#: The largest request head (request line and headers) h11 buffers: a larger one gets a 400.
+MAX_HEAD_BYTES = 16 * 1024
+
+
+def http_server(app: _ASGIApp, http: tuple[str, int], header_timeout_s: float = HEADER_TIMEOUT_S) -> uvicorn.Server:
     """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
-    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``.
-    Its config is loaded here (the protocol modules imported), not when it starts serving."""
+    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``,
+    request heads bounded in size and time (``_protocol_class``). Its config is loaded here (the
+    protocol modules imported), not when it starts serving."""
     import uvicorn
 
     config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
-                            date_header=False)
+                            date_header=False, http=_protocol_class(header_timeout_s),
+                            h11_max_incomplete_event_size=MAX_HEAD_BYTES)
     config.load()
     return _server_class()(config)
 
@@ -81,6 +91,50 @@ class DateHeader:
             await send(message)
 
         await self.app(scope, receive, send_dated)
+
+
+def _protocol_class(header_timeout_s: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time.
+
+    uvicorn 0.54 has no header-read timeout: ``timeout_keep_alive`` runs only between requests
+    and the first byte of the next one cancels it, so a client that connects and sends nothing,
+    or sends a header a minute, holds its connection (and a slot of ``limit_concurrency``, if it
+    were set) as long as it likes. Here a timer starts when a connection is made and when a
+    response ends; when it fires and the client has not sent a whole request head since
+    (h11 still waits for one: ``their_state`` IDLE), the connection is closed. A request being
+    answered (a long poll, an event stream) is not affected: its head has arrived."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeout(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = None if self.transport.is_closing() else self.loop.call_later(
+                header_timeout_s, self._head_timeout)
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeout
 
 
 def _server_class() -> type[uvicorn.Server]:
