@@ -173,11 +173,67 @@ Listener = Callable[[int], object]
 
 
 _log = logging.getLogger("placement.node")
+#: One line per join, suspicion, death, refutation and leave another member makes (rate-limited:
+#: ``_MembershipLog``); ``placement node`` shows its INFO lines too.
+_membership_log = logging.getLogger("placement.membership")
 #: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
 _survival_log = logging.getLogger("placement.survival")
 # The core reports a persisting id conflict at most once a minute: hold "not ready" a little
 # longer than that, so it does not flap while the conflict lasts.
 _ID_CONFLICT_HOLD_S = 90.0
+
+
+class _MembershipLog:
+    """``_membership_log`` lines, at most ``burst`` at once and ``per_s`` a second after that
+    (a token bucket): a split of a large cluster changes hundreds of members in a second. What
+    is dropped is counted and said in the next line that is written; ``GET /v1/events`` holds
+    every change."""
+
+    def __init__(self, observer: str, burst: int = 20, per_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.observer = observer
+        self.burst, self.per_s, self._clock = burst, per_s, clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self.dropped = 0
+
+    def write(self, level: int, text: str) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.per_s)
+        self._at = now
+        if self._tokens < 1:
+            self.dropped += 1
+            return False
+        self._tokens -= 1
+        if self.dropped:
+            text += f" ({self.dropped} membership changes not logged before this: too many at once; see GET /v1/events)"
+            self.dropped = 0
+        _membership_log.log(level, "%s", text)
+        return True
+
+    def event(self, event: MemberEvent) -> None:
+        """The line for one change of another member (``updated`` has none: metadata)."""
+        m, by, me = event.member, event.by, self.observer
+        where = f"{m.addr[0]}:{m.addr[1]}"
+        heard = ("never heard from directly" if m.heard_at is None
+                 else f"last heard {max(0.0, time.monotonic() - m.heard_at):.1f} s ago")
+        if event.kind == "joined":
+            self.write(logging.INFO, f"member {m.node_id} joined: gossip {where}, http {m.meta.http or '-'}, "
+                                     f"weight {m.meta.weight:g}, incarnation {m.incarnation}")
+        elif event.kind == "suspect":
+            why = ("it did not answer this node's probes, direct or through other members" if by in ("", me)
+                   else f"{by} suspects it (its probes went unanswered)")
+            self.write(logging.WARNING, f"member {m.node_id} at {where} is suspect: {why}; {heard}; it is declared "
+                                        "dead unless it refutes in time")
+        elif event.kind == "alive":
+            self.write(logging.INFO, f"member {m.node_id} at {where} refuted the suspicion: alive at incarnation "
+                                     f"{m.incarnation}")
+        elif event.kind == "dead":
+            why = ("its suspicion ran out here without a refutation" if by in ("", me)
+                   else f"declared dead by {by} (its suspicion ran out there without a refutation)")
+            self.write(logging.WARNING, f"member {m.node_id} at {where} is dead: {why}; {heard}")
+        elif event.kind == "left":
+            self.write(logging.INFO, f"member {m.node_id} at {where} left: it announced its leave")
 
 
 class _ChangeStream:
@@ -238,6 +294,7 @@ class Node:
         self.placement_changes = 0
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
+        self._membership_log = _MembershipLog(config.node_id)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
@@ -535,8 +592,10 @@ class Node:
             m = event.member
             if m.node_id != self.node_id:
                 self._has_peer = True
-            self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}",
-                               time.time())
+            self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}"
+                               + (f" (by {event.by})" if event.by and event.by != m.node_id else ""), time.time())
+            if m.node_id != self.node_id:
+                self._membership_log.event(event)
         self._last_view_change = time.monotonic()
         self._recompute(members)
 

@@ -49,9 +49,11 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
     ``spark-route --deliver`` has a receiver. ``http`` None (a witness without ``--http``): no
     HTTP server, and its modules are never imported."""
     # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr,
-    # and what the cluster survives whenever that changes (INFO when all is well).
+    # what the cluster survives whenever that changes (INFO when all is well), and every other
+    # member's join, suspicion, death, refutation and leave (rate-limited).
     logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
     logging.getLogger("placement.survival").setLevel(logging.INFO)
+    logging.getLogger("placement.membership").setLevel(logging.INFO)  # joins, suspicions, deaths, leaves
     sock = listen_http(http) if http is not None else None
     node = Node(config)
     done = asyncio.Event()

@@ -93,8 +93,12 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"split: {v['split']}")
     a = s["agreement"]
     answering = len(a["members"]) - len(a["unreachable"])
+    unconfirmed = a.get("unconfirmed") or []
     if a["agree"]:
         lines.append(f"agreement: all {answering} answering members agree on {a['majority'][:12]}")
+    elif unconfirmed and len(a["checksums"]) <= 1:
+        lines.append(f"agreement: UNCONFIRMED - cannot reach {', '.join(unconfirmed)} of the stable view; "
+                     f"the {answering} answering members report {str(a['majority'])[:12]}")
     else:
         lines.append(f"agreement: DISAGREE - {len(a['checksums'])} checksums among {answering} answering members; "
                      f"majority {str(a['majority'])[:12]}; others: {', '.join(a['disagree']) or '-'}")
