@@ -174,7 +174,7 @@ def test_status_says_what_the_cluster_survives_and_warns_when_one_crash_stops_al
         w = await Node(config("w", join=(n1.member.bound,), weight=0.0)).start()
         await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 3, timeout_s=20)
         out = await asyncio.to_thread(status)
-        assert "WARNING" not in out and "survives: survives the crash of any one member" in out
+        assert "WARNING: a crash" not in out and "survives: survives the crash of any one member" in out
         assert "split: the side with 2 of the 3 witnesses" in out
         for n in (w, n2, n1):
             await n.leave()

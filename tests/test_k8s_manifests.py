@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import httpx
 import pytest
 import yaml
 
+from placement.service.keygen import new_key
+from placement.service.node import read_key_file
 from placement.service.node_flags import config_from_args, witness_config_from_args
 from placement_cli.main import build_parser
 
@@ -27,6 +30,11 @@ kv = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]' 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 VERSIONS = (kv.utils.all_versions()[0], kv.utils.latest_version())
 POD_IP, POD_NAME = "10.1.2.3", "placement-0"
+#: What an operator puts in the Secret placement-secrets (docs/deploy.md), and where this test
+#: mounts it: a directory standing for the pods' secret volume.
+SECRET = {"gossip.key": new_key() + "\n", "admin-token": "t0ken"}
+SECRET_DIR = Path(tempfile.mkdtemp(prefix="placement-secret-"))
+(SECRET_DIR / "gossip.key").write_text(SECRET["gossip.key"])
 
 
 def resources() -> dict[str, dict]:
@@ -55,10 +63,17 @@ def pod_environment(sts: str = "placement", pod: str = POD_NAME) -> dict[str, st
         env.update(res[f"ConfigMap/{source['configMapRef']['name']}"]["data"])
     fields = {"status.podIP": POD_IP, "metadata.name": pod}
     for var in c["env"]:
-        if "valueFrom" in var:
+        if "secretKeyRef" in var.get("valueFrom", {}):
+            ref = var["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == "placement-secrets", ref
+            env[var["name"]] = SECRET[ref["key"]]
+        elif "valueFrom" in var:
             env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], var["value"])
+    for mount in c.get("volumeMounts", ()):  # the Secret's files, where this test put them
+        if env.get("PLACEMENT_KEY_FILE", "").startswith(mount["mountPath"] + "/"):
+            env["PLACEMENT_KEY_FILE"] = str(SECRET_DIR / env["PLACEMENT_KEY_FILE"][len(mount["mountPath"]) + 1:])
     return env
 
 
@@ -140,6 +155,31 @@ def test_the_witness_runs_beside_the_nodes_as_a_seed_and_a_voter_but_gets_no_cli
     node_config, _ = config_from_args(build_parser().parse_args(container()["args"]), pod_environment())
     assert config.cluster_settings() == node_config.cluster_settings() and config.cluster == node_config.cluster
     assert [str(s) for s in config.join] == [str(s) for s in node_config.join]  # the same seeds
+
+
+@pytest.mark.parametrize("sts", ["placement", "placement-witness"])
+def test_the_pods_gossip_with_keys_from_a_secret_and_take_the_admin_token_from_it(sts):
+    """Issue 31 item 2: the gossip key file is mounted from the Secret placement-secrets (made with
+    `placement keygen`; docs/deploy.md), readable by the pod's group only, and a pod does not start
+    without it; the admin token comes from the same Secret when it has one."""
+    res = resources()
+    pod = res[f"StatefulSet/{sts}"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = next(m for m in container(sts)["volumeMounts"] if m["name"] == "gossip-keys")
+    secret = volumes["gossip-keys"]["secret"]
+    assert secret["secretName"] == "placement-secrets" and not secret.get("optional", False)
+    assert secret["items"] == [{"key": "gossip.key", "path": "gossip.key"}] and secret["defaultMode"] == 0o440
+    assert mount["readOnly"] is True and pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    key_file = res["ConfigMap/placement-settings"]["data"]["PLACEMENT_KEY_FILE"]
+    assert key_file == f"{mount['mountPath']}/gossip.key"
+    env = pod_environment(sts, f"{sts}-0")
+    env.pop("PLACEMENT_JOIN")
+    args = build_parser().parse_args(container(sts)["args"])
+    config, _ = (config_from_args if sts == "placement" else witness_config_from_args)(args, env)
+    assert config.keys == read_key_file(str(SECRET_DIR / "gossip.key")) and len(config.keys[0]) == 32
+    assert config.admin_token == SECRET["admin-token"]
+    token = next(v for v in container(sts)["env"] if v["name"] == "PLACEMENT_ADMIN_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["optional"] is True  # no token: loopback-only leave
 
 
 def test_the_pods_settings_parse_with_the_cli():

@@ -159,6 +159,8 @@ class Health(BaseModel):
     node: str = Field(description="this node's id")
     warning: str | None = Field(None, description="readyz, exclusive ownership: set when the crash of one member "
                                 "would stop all work, with what to add (the node is ready all the same)")
+    security_warning: str | None = Field(None, description="readyz: set when gossip runs without keys (no "
+                                         "--key-file), with what that allows and the fix (ready all the same)")
 
 
 class SurvivalOut(BaseModel):
@@ -189,6 +191,8 @@ class OwnershipOut(BaseModel):
     votes: bool | None = Field(None, description="this node is one of those witnesses (exclusive)")
     survival: SurvivalOut | None = Field(None, description="what the cluster survives (exclusive; null before "
                                          "this node holds a stable view)")
+    security_warning: str | None = Field(None, description="set when gossip runs without keys (no --key-file): "
+                                         "what that allows and the fix")
 
 
 class Problem(BaseModel):
@@ -480,15 +484,18 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     async def readyz() -> Response:
         survival = getattr(node, "survival", None)
         warning = None if survival is None else survival.warning
+        insecure = getattr(node, "security_warning", None)
         if not node.ready:
             refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
             paused = getattr(node, "paused", None)
             detail = (str(refused) if refused else f"ownership paused: {paused}" if paused
                       else "not joined yet, or the membership view has not settled")
-            return problem(503, "Not ready", detail + (f"; {warning}" if warning else ""))
+            return problem(503, "Not ready", detail + "".join(f"; {w}" for w in (warning, insecure) if w))
         body: dict[str, Any] = {"status": "ready", "node": node.node_id}
         if warning:
             body["warning"] = warning  # a warning, not a reason to be unready: a 2-node cluster works
+        if insecure:
+            body["security_warning"] = insecure
         return Response(json.dumps(body), media_type="application/json")
 
     @app.get("/v1/ownership", response_model=OwnershipOut)
@@ -505,6 +512,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
             "stable_view": status.get("stable_view"), "witnesses": status.get("witnesses", []),
             "votes": status.get("votes"), "survival": None if survival is None else survival.to_dict(),
+            "security_warning": getattr(node, "security_warning", None),
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {

@@ -298,6 +298,8 @@ class Node:
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
+        if self.security_warning is not None:
+            _log.warning("%s", self.security_warning)
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
         self._on_event(None, await self._thread.start(self._open))
@@ -422,6 +424,17 @@ class Node:
         """Exclusive mode: what the cluster survives, from the stable view this node holds
         (``ownership.survival``); None before it holds one, or in available mode."""
         return None if self._survival is None else self._survival[1]
+
+    @property
+    def security_warning(self) -> str | None:
+        """Set when gossip runs without keys (no ``--key-file``): what that allows, and the fix.
+        Logged at start, in ``/readyz`` and ``/v1/ownership`` (the console, ``placement status``)."""
+        if self.config.membership_config().keys:
+            return None
+        return ("gossip runs without keys (no --key-file): it is neither encrypted nor authenticated, so anyone "
+                "who can send UDP to the gossip port can join, read the member list, and declare members dead "
+                "until they refute; make a key with `placement keygen --out FILE` and give every node "
+                "--key-file FILE (README, \"Gossip without --key-file\")")
 
     @property
     def leaving(self) -> bool:

@@ -237,6 +237,10 @@ async function fetchOwnership() {
     ["survives", s.summary], ["split", s.split]);
   $("ownership").innerHTML = rows.map(([k, v]) =>
     `<dt>${k}</dt><dd${k === "survives" && s.warning ? ' class="warning"' : ""}>${esc(v)}</dd>`).join("");
+  // Gossip without keys (no --key-file): what it allows and the fix, above everything else.
+  const banner = $("security-warning");
+  banner.hidden = !o.security_warning;
+  banner.textContent = o.security_warning ? `WARNING: ${o.security_warning}` : "";
 }
 
 async function loadAgreement() {
