@@ -38,6 +38,7 @@ from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
 from .console.events import EventLog
 from .console.routes import add_console_routes
+from .guard import MAX_KEY_CHARS, key_error
 from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
 
 MSGPACK = "application/msgpack"
@@ -141,7 +142,8 @@ class PlacementMsgpackOut(_PlacementFields):
 
 
 class RouteIn(BaseModel):
-    keys: list[str] = Field(description=f"at most {MAX_ROUTE_KEYS:,} keys")
+    keys: list[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)]] = Field(
+        description=f"at most {MAX_ROUTE_KEYS:,} keys, each 1 to {MAX_KEY_CHARS} characters")
 
 
 class RouteGroup(BaseModel):
@@ -358,6 +360,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0],
                   generate_unique_id_function=lambda route: route.name)
     collector = _NodeCollector(node)
+    # GET /v1/owners?replicas= above this answered fewer owners than asked, silently (issue 31)
+    cluster_replicas = getattr(getattr(node, "config", None), "replicas", MAX_REPLICAS)
     # Outermost first: a cross-site request is refused before its body is read (http_limits).
     app.add_middleware(BodyLimit)
     app.add_middleware(CrossSite, advertised=[getattr(getattr(node, "config", None), "http_advertise", "") or ""])
@@ -429,13 +433,16 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
              responses={**_msgpack_too(_ref(OwnersOut)), **_problems(422, 503)})
     async def owners(
         request: Request,
-        key: str = Query(..., min_length=1, max_length=4096),
-        replicas: int | None = Query(None, ge=1, le=MAX_REPLICAS, description="how many of the replica set"),
+        key: str = Query(..., min_length=1, max_length=MAX_KEY_CHARS),
+        replicas: int | None = Query(None, ge=1, le=cluster_replicas, description="how many of the replica set: "
+                                     f"at most the cluster's --replicas, {cluster_replicas} (more is a 422)"),
     ) -> Response:
         if (refusal := _not_joined(node)) is not None:
             return refusal
         snap = node.snapshot
         table = snap.table
+        if (why := key_error(key)) is not None:
+            return problem(422, "Invalid request", f"key: {why}")
         p = table.partition_of(key)
         ids = table.owners(p)[:replicas]
         body = {"key": key, "partition": p, "owners": [{"id": m, "http": snap.address(m)} for m in ids],
@@ -462,12 +469,18 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             else:
                 return problem(415, "Unsupported media type", f"send application/json or {MSGPACK}, not {ctype}")
         except (ValueError, msgpack.UnpackException, msgpack.ExtraData) as exc:
-            return problem(400, "Malformed body", f"could not decode the {ctype} body: {exc}")
+            # Some msgpack errors have no message (FormatError of b"\xc1"): their name says it.
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (not valid {ctype})"
+            return problem(400, "Malformed body", f"could not decode the {ctype} body: {why}")
         keys = body.get("keys") if isinstance(body, dict) else None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             return problem(422, "Invalid request", 'body must be {"keys": [string, ...]}')
         if len(keys) > MAX_ROUTE_KEYS:
             return problem(413, "Too many keys", f"at most {MAX_ROUTE_KEYS:,} keys per request")
+        # The rule of GET /v1/owners (issue 31: "" and a 5 MB key were routed here).
+        bad = next((i for i, k in enumerate(keys) if not 0 < len(k) <= MAX_KEY_CHARS), None)
+        if bad is not None:
+            return problem(422, "Invalid key", f"keys[{bad}]: {key_error(keys[bad])}")
         snap = node.snapshot
         try:
             groups = snap.table.route(keys)

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .. import argtypes
 from ..errors import PlacementError
@@ -190,6 +191,19 @@ def _server_class() -> type[uvicorn.Server]:
 def bind_error(what: str, flag: str, addr: tuple[str, int], exc: OSError) -> PlacementError:
     return PlacementError(f"cannot bind {what} {addr[0]}:{addr[1]} ({flag} or {argtypes.env_variable(flag)}): "
                           f"{exc.strerror or exc}")
+
+
+def advertise_bound_port(url: str, sock: socket.socket) -> str:
+    """``url`` with the port the system chose for ``sock`` when the URL says port 0 (``--http
+    HOST:0``, and the advertised URL made from it): others cannot reach port 0."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return url
+    if port != 0:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{sock.getsockname()[1]}"))
 
 
 def listen_http(addr: tuple[str, int]) -> socket.socket:

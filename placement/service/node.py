@@ -244,6 +244,7 @@ class _ChangeStream:
         self._pending: OwnershipChange | None = first  # the first is yielded even when empty
         self._first = True
         self._closed = False
+        self._error: BaseException | None = None  # raised to the reader once it has read the rest
         self._ready = asyncio.Event()
 
     def put(self, change: OwnershipChange) -> None:
@@ -251,13 +252,16 @@ class _ChangeStream:
         self._pending = merged if (merged or self._first) else None  # back where the reader is
         self._ready.set()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self._closed = True
+        self._error = self._error or error
         self._ready.set()
 
     async def get(self) -> OwnershipChange | None:
         while self._pending is None:
             if self._closed:
+                if self._error is not None:
+                    raise self._error
                 return None
             self._ready.clear()
             await self._ready.wait()
@@ -280,6 +284,7 @@ class Node:
         self._released_cbs: list[Listener] = []
         self._leaderships: dict[str, list[Callable[[], None]]] = {}
         self._refused: JoinRefusedError | None = None
+        self._join_settled = asyncio.Event()  # set once joined, or refused (wait_joined)
         self._id_conflict: tuple[str, float] | None = None  # (message, monotonic time)
         self._last_view_change = 0.0
         self._has_peer = False
@@ -298,12 +303,24 @@ class Node:
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
-        if self.security_warning is not None:
-            _log.warning("%s", self.security_warning)
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
         self._on_event(None, await self._thread.start(self._open))
+        if self.security_warning is not None:  # (once the node runs: not for one that failed to bind)
+            _log.warning("%s", self.security_warning)
+        if self.joined:
+            self._join_settled.set()
         return self
+
+    async def wait_joined(self, timeout_s: float | None = None) -> None:
+        """Return once this node has joined (heard from a member through its seeds; at once
+        without seeds). Raises ``JoinRefusedError`` if the cluster refused it (other cluster
+        name or settings, or keys), naming both sides' values, and ``TimeoutError`` after
+        ``timeout_s``. ``start()`` does not wait: a seed may come up later."""
+        if not self.joined and self._refused is None:
+            await asyncio.wait_for(self._join_settled.wait(), timeout_s)
+        if self._refused is not None:
+            raise self._refused
 
     async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
         """On the membership thread: bind the gossip socket, join, build the runner."""
@@ -541,6 +558,8 @@ class Node:
         is cancelled and ``LeadershipLost`` is raised.
         """
         while not self._leads(name):
+            if self._refused is not None:
+                raise self._refused
             if self._leaving or self._closed:
                 raise LeadershipLost(f"node {self.node_id!r} stopped before it led {name!r}")
             await self._leaders_checked.wait()  # every point where leadership may change sets it
@@ -582,6 +601,14 @@ class Node:
                 f"(this node: {self.config.cluster_settings()})"
             )
             self.events.append("refused", "", str(self._refused), time.time())
+            _log.error("%s", self._refused)
+            # An embedding application hears it as an error: wait_joined(), ownership_changes()
+            # and leadership() raise it (issue 31: it only saw join attempts logged). The node
+            # keeps asking its seeds until closed (`placement node` exits with status 3).
+            self._join_settled.set()
+            for stream in self._streams:
+                stream.close(self._refused)
+            self._check_leaderships()
             return
         if isinstance(event, (RefusedPeer, JoinAttempt)):
             self._log_join_event(event)
@@ -605,6 +632,7 @@ class Node:
             m = event.member
             if m.node_id != self.node_id:
                 self._has_peer = True
+                self._join_settled.set()
             self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}"
                                + (f" (by {event.by})" if event.by and event.by != m.node_id else ""), time.time())
             if m.node_id != self.node_id:

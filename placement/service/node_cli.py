@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from membership.seeds import DnsSeed
 
 from .. import argtypes
 from ..errors import InvalidConfigError, PlacementError
-from .http_server import bind_error, http_server, listen_http
+from .http_server import advertise_bound_port, bind_error, http_server, listen_http
 from .node import Node, NodeConfig
 from .node_flags import (
     NODE_FLAGS,
@@ -55,6 +56,8 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
     logging.getLogger("placement.survival").setLevel(logging.INFO)
     logging.getLogger("placement.membership").setLevel(logging.INFO)  # joins, suspicions, deaths, leaves
     sock = listen_http(http) if http is not None else None
+    if sock is not None:  # --http HOST:0: advertise the port the system chose
+        config = dataclasses.replace(config, http_advertise=advertise_bound_port(config.http_advertise, sock))
     node = Node(config)
     done = asyncio.Event()
     # The HTTP app and server are built (their modules imported) before the node starts: after
@@ -83,7 +86,8 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
         loop.add_signal_handler(sig, done.set)
     seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
     role = "witness (weight 0: votes, owns nothing) " if config.weight == 0 else ""
-    _say(config.node_id, f"{role}gossip {config.gossip_advertise or config.gossip_bind} "
+    gossip = node.member.core.advertise  # (the port the system chose for --gossip HOST:0)
+    _say(config.node_id, f"{role}gossip {gossip[0]}:{gossip[1]} "
                          f"http {config.http_advertise or 'off'} joining {seeds or 'nobody (new cluster)'}")
     started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]) if server is not None and sock is not None
