@@ -247,6 +247,11 @@ COVERED: dict[str, tuple[str, ...]] = {
     "kubectl create secret generic placement-secrets --from-file=gossip.key --from-literal=admin-token=\"$(placement "
     "keygen)\"": ("tests/test_k8s_manifests.py::"
                   "test_the_pods_gossip_with_keys_from_a_secret_and_take_the_admin_token_from_it",),
+    "kubectl create secret tls placement-tls --cert=tls.crt --key=tls.key":
+        ("tests/test_k8s_manifests.py::test_the_tls_overlay_serves_https_with_the_certificate_of_a_secret",),
+    "kubectl apply -k deploy/k8s/tls":
+        ("tests/test_k8s_manifests.py::test_the_tls_overlay_serves_https_with_the_certificate_of_a_secret",
+         "tests/test_http_tls.py::test_a_node_serves_https_and_advertises_it"),
     "kubectl run -it --rm probe --image=curlimages/curl --restart=Never -- curl -s placement-http:8001/v1/members":
         ("tests/test_k8s_manifests.py::test_services_probes_and_budget_fit_the_pods",),
     "sudo python -m pytest -s -m netns tests/test_netns_cluster.py":

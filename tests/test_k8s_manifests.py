@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -180,6 +181,62 @@ def test_the_pods_gossip_with_keys_from_a_secret_and_take_the_admin_token_from_i
     assert config.admin_token == SECRET["admin-token"]
     token = next(v for v in container(sts)["env"] if v["name"] == "PLACEMENT_ADMIN_TOKEN")
     assert token["valueFrom"]["secretKeyRef"]["optional"] is True  # no token: loopback-only leave
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 ``add`` (what tls/https.yaml uses): a key of an object, or ``-`` to append."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] == "add", op
+        *parents, last = op["path"].lstrip("/").split("/")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if isinstance(target, list):
+            assert last == "-", op
+            target.append(op["value"])
+        else:
+            assert last not in target, op  # add, not replace
+            target[last] = op["value"]
+    return doc
+
+
+@pytest.mark.parametrize("sts", ["placement", "placement-witness"])
+def test_the_tls_overlay_serves_https_with_the_certificate_of_a_secret(sts, tmp_path):
+    """deploy/k8s/tls (issue 31 item 3): both StatefulSets patched to mount the Secret
+    placement-tls and give its files to --tls-cert/--tls-key; probes on HTTPS; still valid
+    Kubernetes; the pods' settings parse, and they advertise https://POD_IP:8001."""
+    overlay = K8S / "tls"
+    kz = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kz["resources"] == ["../"]
+    assert sorted(p["target"]["name"] for p in kz["patches"]) == ["placement", "placement-witness"]
+    ops = yaml.safe_load((overlay / next(p["path"] for p in kz["patches"] if p["target"]["name"] == sts)).read_text())
+    doc = json_patch(resources()[f"StatefulSet/{sts}"], ops)
+    for version in VERSIONS:
+        kv.validate(doc, version, strict=True)
+    pod = doc["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert all(c[probe]["httpGet"]["scheme"] == "HTTPS" for probe in ("readinessProbe", "livenessProbe",
+                                                                       "startupProbe"))
+    volume = next(v for v in pod["volumes"] if v["name"] == "http-tls")
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "http-tls")
+    assert volume["secret"]["secretName"] == "placement-tls" and mount["readOnly"] is True
+    # The pod's environment, with the Secret's files (a certificate made here) where it mounts them
+    from test_http_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    env = {**pod_environment(sts, f"{sts}-0")}
+    for var in c["env"]:
+        if var["name"] in ("PLACEMENT_TLS_CERT", "PLACEMENT_TLS_KEY"):
+            assert var["value"].startswith(mount["mountPath"] + "/")
+            name = var["value"][len(mount["mountPath"]) + 1:]
+            assert name in ("tls.crt", "tls.key")  # the keys of a kubernetes.io/tls Secret
+            env[var["name"]] = str(cert if name == "tls.crt" else key)
+    env.pop("PLACEMENT_JOIN")
+    args = build_parser().parse_args(c["args"])
+    config, _ = (config_from_args if sts == "placement" else witness_config_from_args)(args, env)
+    assert (config.tls_cert, config.tls_key) == (str(cert), str(key))
+    assert config.http_advertise == f"https://{POD_IP}:8001"
 
 
 def test_the_pods_settings_parse_with_the_cli():

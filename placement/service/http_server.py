@@ -35,16 +35,19 @@ HEADER_TIMEOUT_S = 10.0
 MAX_HEAD_BYTES = 16 * 1024
 
 
-def http_server(app: _ASGIApp, http: tuple[str, int], header_timeout_s: float = HEADER_TIMEOUT_S) -> uvicorn.Server:
+def http_server(app: _ASGIApp, http: tuple[str, int], header_timeout_s: float = HEADER_TIMEOUT_S,
+                tls: tuple[str, str] | None = None) -> uvicorn.Server:
     """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
     signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``,
-    request heads bounded in size and time (``_protocol_class``). Its config is loaded here (the
-    protocol modules imported), not when it starts serving."""
+    request heads bounded in size and time (``_protocol_class``); HTTPS with ``tls`` (certificate
+    chain and key files, PEM). Its config is loaded here (the protocol modules imported, the
+    certificate read), not when it starts serving."""
     import uvicorn
 
     config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
                             date_header=False, http=_protocol_class(header_timeout_s),
-                            h11_max_incomplete_event_size=MAX_HEAD_BYTES)
+                            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)
     config.load()
     return _server_class()(config)
 
@@ -204,6 +207,20 @@ def advertise_bound_port(url: str, sock: socket.socket) -> str:
     if port != 0:
         return url
     return urlunsplit(parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{sock.getsockname()[1]}"))
+
+
+def check_tls(cert: str, key: str) -> None:
+    """Load the certificate chain and key as the server will: a one-line error naming the flags
+    if they cannot be read or do not match (before anything starts)."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise PlacementError(f"--tls-cert {cert} / --tls-key {key}: {exc.filename}: no such file") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise PlacementError(f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate chain and its private "
+                             f"key ({getattr(exc, 'reason', None) or exc})") from None
 
 
 def listen_http(addr: tuple[str, int]) -> socket.socket:

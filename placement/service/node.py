@@ -115,6 +115,10 @@ class NodeConfig:
     cluster: str = "placement"
     keys: tuple[bytes, ...] = field(default=(), repr=False)
     admin_token: str | None = field(default=None, repr=False)
+    #: PEM certificate (chain) and private key files: the HTTP API serves HTTPS (``placement
+    #: node --tls-cert --tls-key``; the node itself only carries them to its server).
+    tls_cert: str | None = None
+    tls_key: str | None = None
     settle_s: float = 1.0  # ready once joined and the view has not changed for this long
     # After being declared dead: own nothing this long after refuting (several times the p99
     # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).

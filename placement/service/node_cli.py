@@ -73,7 +73,8 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
             from .http_api import create_app
 
             app = create_app(node, config.admin_token, on_leave=done.set)
-        server = http_server(app, http)
+        server = http_server(app, http, tls=(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key
+                             else None)
     try:
         await node.start()
     except OSError as exc:
