@@ -8,6 +8,7 @@ No cluster runs here: schemas come bundled with kubernetes-validate (offline), c
 from __future__ import annotations
 
 import copy
+import os
 import re
 import socket
 import subprocess
@@ -268,19 +269,27 @@ def _free_port(kind: int) -> int:
 
 
 @pytest.mark.slow
-def test_the_prestop_hook_makes_a_node_leave_and_exit():
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_prestop_hook_makes_a_node_leave_and_exit(tls, tmp_path):
     script = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert script[:2] == ["python", "-c"]
     gossip, http = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    env = dict(os.environ)
+    if tls:  # deploy/k8s/tls: the node serves HTTPS, and the hook sees PLACEMENT_TLS_CERT
+        from test_http_tls import self_signed
+
+        cert, key = self_signed(tmp_path)
+        env.update(PLACEMENT_TLS_CERT=str(cert), PLACEMENT_TLS_KEY=str(key))
     node = subprocess.Popen([sys.executable, "-m", "placement_cli", "node", "--id", "p0",
                              "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http}", "--partitions", "64"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert node.stdout is not None
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{http}"
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{http}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/readyz", timeout=1, verify=False).status_code == 200:
                     break
             except httpx.HTTPError:
                 assert node.poll() is None, node.stdout.read()
@@ -288,7 +297,7 @@ def test_the_prestop_hook_makes_a_node_leave_and_exit():
         else:
             pytest.fail("the node did not get ready within 30 s")
         hook = subprocess.run([sys.executable, "-c", script[2].replace("8001", str(http))],
-                              capture_output=True, text=True, timeout=40)
+                              capture_output=True, text=True, timeout=40, env=env)
         assert hook.returncode == 0, hook.stderr
         assert node.wait(10) == 0  # the hook returned once the node had left and exited
         assert "leaving" in node.stdout.read()
