@@ -541,7 +541,9 @@ class MakeRun:
             return False
         owned = [httpx.get(u + "/v1/ownership", timeout=2).json()["owned"] for u in self.urls]
         sums = {httpx.get(u + "/v1/checksum", timeout=2).json()["checksum"] for u in self.urls}
-        return sum(map(len, owned)) == self.PARTITIONS and len(sums) == 1
+        # Every node owning some: "all 256 owned" alone also held before the first handoffs began
+        # (n1 owning all), and the next test then read counts that were still moving.
+        return sum(map(len, owned)) == self.PARTITIONS and all(owned) and len(sums) == 1
 
     def table(self) -> PlacementTable:
         return PlacementSnapshot.from_dict(httpx.get(self.urls[0] + "/v1/placement", timeout=5).json()).table
