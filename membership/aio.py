@@ -345,6 +345,8 @@ async def start_member(config: MembershipConfig, node_id: str, *, bind: Addr = (
     sock = await bind_udp(loop, bind)
     bound = sock.getsockname()[:2]
     advertise = advertise or (bound[0], bound[1])
+    if advertise[1] == 0:  # bound to port 0: the port the system chose (issue 31: port 0 was advertised)
+        advertise = (advertise[0], bound[1])
     try:
         now = loop.time()
         # Unix time aligns the members' probe schedules (see core's "Probe schedule"); the core's

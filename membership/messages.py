@@ -154,11 +154,17 @@ class MemberEvent:
     kind: ``joined`` (entered the live set), ``updated`` (metadata or address changed),
     ``suspect`` (alive -> suspect; still live), ``alive`` (suspect -> alive, it refuted),
     ``dead`` (declared failed), ``left`` (left gracefully).
+
+    by: who made it happen, as far as this member knows: for ``suspect`` the accuser (this
+    member itself when its own probes went unanswered), for ``dead`` the member that declared
+    the death (this member when its own suspicion ran out; the sender of a full state that
+    said so), for ``left`` and ``alive`` (a refutation) the member itself; empty for the rest.
     """
 
     kind: EventKind
     member: MemberInfo
     at: float
+    by: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ the gossip socket's family are kept: an IPv4 socket cannot send to an AAAA recor
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,14 +41,28 @@ class DnsSeed:
         return f"dns:{self.name}:{self.port}"
 
 
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 class SeedFinder:
     """The seed addresses of one member: fixed ``HOST:PORT`` seeds plus what the ``DnsSeed``
     names resolve to now. ``ipv6``: the gossip socket is an IPv6 one."""
 
     def __init__(self, seeds: Iterable[Addr | DnsSeed], ipv6: bool, resolver: Resolver) -> None:
         seeds = list(seeds)
-        self.fixed = [s for s in seeds if not isinstance(s, DnsSeed)]
-        self.names = [s for s in seeds if isinstance(s, DnsSeed)]
+        # A HOST:PORT seed whose host is a name ("localhost", "seed-1") is looked up like a
+        # DnsSeed: the core then holds the addresses it sends its joins to, which is how it
+        # knows a refusal came from a seed it contacted (keyless, a refusal from anywhere else
+        # is ignored as a possible forgery: a seed named "localhost" was never matched, and a
+        # refused joiner retried for ever, issue 31).
+        self.fixed = [s for s in seeds if not isinstance(s, DnsSeed) and _is_ip(s[0])]
+        self.names = [s if isinstance(s, DnsSeed) else DnsSeed(s[0], s[1]) for s in seeds
+                      if isinstance(s, DnsSeed) or not _is_ip(s[0])]
         self.ipv6 = ipv6
         self._resolver = resolver
 

@@ -137,7 +137,7 @@ class Updates:
             self._set_changed(m, JOINED, now)
         else:
             if old_status == SUSPECT:
-                self._set_changed(m, ALIVE, now)
+                self._set_changed(m, ALIVE, now, by=m.node_id)
             if changed:
                 self._set_changed(m, UPDATED, now)
         self._out.broadcast(msg)
@@ -196,7 +196,7 @@ class Updates:
         self.suspicions.pop(msg.node, None)
         m.incarnation = msg.incarnation
         view.set_status(m, update, now)
-        self._set_changed(m, m.status, now)
+        self._set_changed(m, m.status, now, by=msg.sender)
         self._out.broadcast(msg)
         claim = self._conflicts.take_claim(msg.node)
         if claim is not None and claim.incarnation > m.incarnation:
@@ -232,7 +232,7 @@ class Updates:
             self._prober.reprobe(m.node_id, now)
             self._stats["suspect_reprobes"] += 1
         if was_alive:
-            self._set_changed(m, SUSPECT, now)
+            self._set_changed(m, SUSPECT, now, by=accuser)
 
     def expire_suspicions(self, now: float) -> None:
         """Last-chance pings that are due, then verdicts that are due (or deferred)."""
@@ -318,6 +318,6 @@ class Updates:
         self._stats["incarnations_bounded"] += 1
         return dataclasses.replace(msg, incarnation=incarnation)
 
-    def _set_changed(self, m: Member, kind: EventKind, now: float) -> None:
-        self._events.append(MemberEvent(kind, m.info(), now))
+    def _set_changed(self, m: Member, kind: EventKind, now: float, by: str = "") -> None:
+        self._events.append(MemberEvent(kind, m.info(), now, by))
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from placement import argtypes
 from placement.argtypes import read_members
 from placement.errors import NoOwnerError, PlacementError
-from placement.service import node_cli
+from placement.service import keygen, node_cli
 from placement.service.console import status
 from placement.table import PlacementTable
 from simulations import cli as simulations_cli
@@ -28,7 +28,7 @@ from spark_jobs import cli as spark_cli
 # Modules that contribute subcommands: each has add_subcommands(subparsers), whose parsers set
 # ``func`` (called with the parsed args; returns the exit status). simulations and spark_jobs
 # give only their ``cli`` modules here; they import what their commands run when those run.
-_SUBCOMMAND_MODULES = (node_cli, status, simulations_cli, spark_cli)
+_SUBCOMMAND_MODULES = (node_cli, keygen, status, simulations_cli, spark_cli)
 
 DEMO_MEMBERS = {"n1": 1.0, "n2": 1.0, "n3": 2.0, "n4": 1.0, "n5": 0.5}
 

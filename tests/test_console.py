@@ -79,11 +79,15 @@ def test_map_payload_carries_the_snapshot_and_its_owner_table():
 
 def test_agreement_groups_checksums_and_flags_the_odd_ones():
     assert agreement({"n1": "x", "n2": "x", "n3": None}) == {
-        "agree": True, "majority": "x", "checksums": {"x": 2}, "disagree": [], "unreachable": ["n3"]}
+        "agree": True, "majority": "x", "checksums": {"x": 2}, "disagree": [], "unreachable": ["n3"],
+        "unconfirmed": []}
+    # Issue 31: a member of the stable view this node cannot reach is no agreement
+    cut_off = agreement({"n1": "x", "n2": "x", "n3": None}, view=["n1", "n2", "n3"])
+    assert not cut_off["agree"] and cut_off["unconfirmed"] == ["n3"] and cut_off["majority"] == "x"
     split = agreement({"n1": "x", "n2": "y", "n3": "y"})
     assert not split["agree"] and split["majority"] == "y" and split["disagree"] == ["n1"]
     assert agreement({"n1": None}) == {"agree": False, "majority": None, "checksums": {}, "disagree": [],
-                                      "unreachable": ["n1"]}
+                                      "unreachable": ["n1"], "unconfirmed": []}
     assert agreement({"n1": "b", "n2": "a"})["majority"] == "a"  # a tie: the smaller, so every node says the same
 
 
@@ -176,7 +180,7 @@ def test_agreement_names_a_member_that_does_not_answer():
         nodes[0]._snapshot = PlacementSnapshot(nodes[0].table, {**nodes[0].snapshot.addresses,
                                                                 "n2": "http://127.0.0.1:9"})
         a = (await client.get("/v1/agreement")).json()
-        assert a["unreachable"] == ["n2"] and a["agree"]
+        assert a["unreachable"] == ["n2"] and a["unconfirmed"] == ["n2"] and not a["agree"]  # (issue 31)
         assert "ConnectError" in next(m["error"] for m in a["members"] if m["id"] == "n2")
 
     run_cluster(check, size=2)

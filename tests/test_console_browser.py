@@ -84,6 +84,9 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
     # What the cluster survives (GET /v1/ownership): three members, any one may crash.
     poll(lambda: "survives the crash of any one member" in page.find_element("id", "ownership").text, 20,
          "the survival line")
+    # These nodes run without --key-file: the page says what that allows, above everything (issue 31)
+    poll(lambda: "gossip runs without keys" in page.find_element("id", "security-warning").text, 20,
+         "the keyless warning")
 
     # The key box names the same partition and owners as the API.
     page.find_element("id", "key").send_keys("order-42")

@@ -134,6 +134,19 @@ def test_render_flags_disagreement_and_unreachable_members():
     assert "30 s ago  dead" in out
 
 
+def test_render_flags_stable_view_members_it_cannot_reach():
+    """Issue 31: with a member of the stable view killed, the others reported agreement."""
+    s = {"node": "n1", "url": "http://n1", "checksum": "a" * 32, "partitions": 8, "replicas": 1, "members": [],
+         "agreement": {"agree": False, "majority": "a" * 32, "checksums": {"a" * 32: 2}, "disagree": [],
+                       "unreachable": ["n3"], "unconfirmed": ["n3"],
+                       "members": [{"id": "n3", "checksum": None, "error": "ConnectError"}]
+                       + [{"id": f"n{i}", "checksum": "a" * 32, "error": None} for i in (1, 2)]},
+         "balance": {"members": 0}, "recent": []}
+    out = render(s, now=0.0)
+    assert "agreement: UNCONFIRMED - cannot reach n3 of the stable view; the 2 answering members report" in out
+    assert "agree on" not in out and "n3 did not answer: ConnectError" in out
+
+
 def test_status_says_what_the_cluster_survives_and_warns_when_one_crash_stops_all_work():
     """Exclusive mode (the default): two members, then a witness joins (n1 served on loopback)."""
     sock = socket.create_server(("127.0.0.1", 0))
@@ -161,7 +174,7 @@ def test_status_says_what_the_cluster_survives_and_warns_when_one_crash_stops_al
         w = await Node(config("w", join=(n1.member.bound,), weight=0.0)).start()
         await eventually(lambda: n1.survival is not None and len(n1.survival.members) == 3, timeout_s=20)
         out = await asyncio.to_thread(status)
-        assert "WARNING" not in out and "survives: survives the crash of any one member" in out
+        assert "WARNING: a crash" not in out and "survives: survives the crash of any one member" in out
         assert "split: the side with 2 of the 3 witnesses" in out
         for n in (w, n2, n1):
             await n.leave()

@@ -8,17 +8,22 @@ No cluster runs here: schemas come bundled with kubernetes-validate (offline), c
 from __future__ import annotations
 
 import copy
+import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
+from placement.service.keygen import new_key
+from placement.service.node import read_key_file
 from placement.service.node_flags import config_from_args, witness_config_from_args
 from placement_cli.main import build_parser
 
@@ -27,6 +32,11 @@ kv = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]' 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 VERSIONS = (kv.utils.all_versions()[0], kv.utils.latest_version())
 POD_IP, POD_NAME = "10.1.2.3", "placement-0"
+#: What an operator puts in the Secret placement-secrets (docs/deploy.md), and where this test
+#: mounts it: a directory standing for the pods' secret volume.
+SECRET = {"gossip.key": new_key() + "\n", "admin-token": "t0ken"}
+SECRET_DIR = Path(tempfile.mkdtemp(prefix="placement-secret-"))
+(SECRET_DIR / "gossip.key").write_text(SECRET["gossip.key"])
 
 
 def resources() -> dict[str, dict]:
@@ -55,10 +65,17 @@ def pod_environment(sts: str = "placement", pod: str = POD_NAME) -> dict[str, st
         env.update(res[f"ConfigMap/{source['configMapRef']['name']}"]["data"])
     fields = {"status.podIP": POD_IP, "metadata.name": pod}
     for var in c["env"]:
-        if "valueFrom" in var:
+        if "secretKeyRef" in var.get("valueFrom", {}):
+            ref = var["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == "placement-secrets", ref
+            env[var["name"]] = SECRET[ref["key"]]
+        elif "valueFrom" in var:
             env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], var["value"])
+    for mount in c.get("volumeMounts", ()):  # the Secret's files, where this test put them
+        if env.get("PLACEMENT_KEY_FILE", "").startswith(mount["mountPath"] + "/"):
+            env["PLACEMENT_KEY_FILE"] = str(SECRET_DIR / env["PLACEMENT_KEY_FILE"][len(mount["mountPath"]) + 1:])
     return env
 
 
@@ -142,6 +159,87 @@ def test_the_witness_runs_beside_the_nodes_as_a_seed_and_a_voter_but_gets_no_cli
     assert [str(s) for s in config.join] == [str(s) for s in node_config.join]  # the same seeds
 
 
+@pytest.mark.parametrize("sts", ["placement", "placement-witness"])
+def test_the_pods_gossip_with_keys_from_a_secret_and_take_the_admin_token_from_it(sts):
+    """Issue 31 item 2: the gossip key file is mounted from the Secret placement-secrets (made with
+    `placement keygen`; docs/deploy.md), readable by the pod's group only, and a pod does not start
+    without it; the admin token comes from the same Secret when it has one."""
+    res = resources()
+    pod = res[f"StatefulSet/{sts}"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mount = next(m for m in container(sts)["volumeMounts"] if m["name"] == "gossip-keys")
+    secret = volumes["gossip-keys"]["secret"]
+    assert secret["secretName"] == "placement-secrets" and not secret.get("optional", False)
+    assert secret["items"] == [{"key": "gossip.key", "path": "gossip.key"}] and secret["defaultMode"] == 0o440
+    assert mount["readOnly"] is True and pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    key_file = res["ConfigMap/placement-settings"]["data"]["PLACEMENT_KEY_FILE"]
+    assert key_file == f"{mount['mountPath']}/gossip.key"
+    env = pod_environment(sts, f"{sts}-0")
+    env.pop("PLACEMENT_JOIN")
+    args = build_parser().parse_args(container(sts)["args"])
+    config, _ = (config_from_args if sts == "placement" else witness_config_from_args)(args, env)
+    assert config.keys == read_key_file(str(SECRET_DIR / "gossip.key")) and len(config.keys[0]) == 32
+    assert config.admin_token == SECRET["admin-token"]
+    token = next(v for v in container(sts)["env"] if v["name"] == "PLACEMENT_ADMIN_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["optional"] is True  # no token: loopback-only leave
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 ``add`` (what tls/https.yaml uses): a key of an object, or ``-`` to append."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] == "add", op
+        *parents, last = op["path"].lstrip("/").split("/")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if isinstance(target, list):
+            assert last == "-", op
+            target.append(op["value"])
+        else:
+            assert last not in target, op  # add, not replace
+            target[last] = op["value"]
+    return doc
+
+
+@pytest.mark.parametrize("sts", ["placement", "placement-witness"])
+def test_the_tls_overlay_serves_https_with_the_certificate_of_a_secret(sts, tmp_path):
+    """deploy/k8s/tls (issue 31 item 3): both StatefulSets patched to mount the Secret
+    placement-tls and give its files to --tls-cert/--tls-key; probes on HTTPS; still valid
+    Kubernetes; the pods' settings parse, and they advertise https://POD_IP:8001."""
+    overlay = K8S / "tls"
+    kz = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kz["resources"] == ["../"]
+    assert sorted(p["target"]["name"] for p in kz["patches"]) == ["placement", "placement-witness"]
+    ops = yaml.safe_load((overlay / next(p["path"] for p in kz["patches"] if p["target"]["name"] == sts)).read_text())
+    doc = json_patch(resources()[f"StatefulSet/{sts}"], ops)
+    for version in VERSIONS:
+        kv.validate(doc, version, strict=True)
+    pod = doc["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert all(c[probe]["httpGet"]["scheme"] == "HTTPS" for probe in ("readinessProbe", "livenessProbe",
+                                                                       "startupProbe"))
+    volume = next(v for v in pod["volumes"] if v["name"] == "http-tls")
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "http-tls")
+    assert volume["secret"]["secretName"] == "placement-tls" and mount["readOnly"] is True
+    # The pod's environment, with the Secret's files (a certificate made here) where it mounts them
+    from test_http_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    env = {**pod_environment(sts, f"{sts}-0")}
+    for var in c["env"]:
+        if var["name"] in ("PLACEMENT_TLS_CERT", "PLACEMENT_TLS_KEY"):
+            assert var["value"].startswith(mount["mountPath"] + "/")
+            name = var["value"][len(mount["mountPath"]) + 1:]
+            assert name in ("tls.crt", "tls.key")  # the keys of a kubernetes.io/tls Secret
+            env[var["name"]] = str(cert if name == "tls.crt" else key)
+    env.pop("PLACEMENT_JOIN")
+    args = build_parser().parse_args(c["args"])
+    config, _ = (config_from_args if sts == "placement" else witness_config_from_args)(args, env)
+    assert (config.tls_cert, config.tls_key) == (str(cert), str(key))
+    assert config.http_advertise == f"https://{POD_IP}:8001"
+
+
 def test_the_pods_settings_parse_with_the_cli():
     env = pod_environment()
     env.pop("PLACEMENT_JOIN")  # dns: seeds, checked in the next test
@@ -171,19 +269,27 @@ def _free_port(kind: int) -> int:
 
 
 @pytest.mark.slow
-def test_the_prestop_hook_makes_a_node_leave_and_exit():
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_prestop_hook_makes_a_node_leave_and_exit(tls, tmp_path):
     script = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert script[:2] == ["python", "-c"]
     gossip, http = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    env = dict(os.environ)
+    if tls:  # deploy/k8s/tls: the node serves HTTPS, and the hook sees PLACEMENT_TLS_CERT
+        from test_http_tls import self_signed
+
+        cert, key = self_signed(tmp_path)
+        env.update(PLACEMENT_TLS_CERT=str(cert), PLACEMENT_TLS_KEY=str(key))
     node = subprocess.Popen([sys.executable, "-m", "placement_cli", "node", "--id", "p0",
                              "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http}", "--partitions", "64"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert node.stdout is not None
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{http}"
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{http}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/readyz", timeout=1, verify=False).status_code == 200:
                     break
             except httpx.HTTPError:
                 assert node.poll() is None, node.stdout.read()
@@ -191,7 +297,7 @@ def test_the_prestop_hook_makes_a_node_leave_and_exit():
         else:
             pytest.fail("the node did not get ready within 30 s")
         hook = subprocess.run([sys.executable, "-c", script[2].replace("8001", str(http))],
-                              capture_output=True, text=True, timeout=40)
+                              capture_output=True, text=True, timeout=40, env=env)
         assert hook.returncode == 0, hook.stderr
         assert node.wait(10) == 0  # the hook returned once the node had left and exited
         assert "leaving" in node.stdout.read()

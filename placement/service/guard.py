@@ -42,6 +42,24 @@ HANDOFF_WAIT_S = 2.0
 #: How often it looks while it waits.
 HANDOFF_POLL_S = 0.02
 
+#: The longest key any route takes, in characters (``GET /v1/owners``, ``POST /v1/route``,
+#: ``POST /v1/work``, ``require_ownership``): one rule for every route (issue 31).
+MAX_KEY_CHARS = 4096
+
+
+def key_error(key: str) -> str | None:
+    """Why ``key`` is not a key any route takes, or None: keys are 1 to ``MAX_KEY_CHARS``
+    characters of valid Unicode text (no lone surrogates: keys hash as UTF-8)."""
+    if not key:
+        return "a key must not be empty"
+    if len(key) > MAX_KEY_CHARS:
+        return f"a key is at most {MAX_KEY_CHARS} characters, got {len(key)}"
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"keys must be valid Unicode text: {exc.reason}"
+    return None
+
 
 class OwnerNode(Protocol):
     """What the guard reads from a node (``placement.service.node.Node`` provides it: mypy
@@ -105,6 +123,8 @@ def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request]
         key = request.path_params.get(param, request.query_params.get(param))
         if key is None:
             raise HTTPException(400, f"missing key parameter {param!r}")
+        if (why := key_error(key)) is not None:
+            raise HTTPException(422, f"{param}: {why}")
         owner = node.table.lookup(key)[0]
         if owner != node.node_id:
             raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, request.url.path)

@@ -38,11 +38,13 @@ from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
 from .console.events import EventLog
 from .console.routes import add_console_routes
+from .guard import MAX_KEY_CHARS, key_error
+from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
 MAX_ROUTE_KEYS = 1_000_000
-MAX_ROUTE_BODY_BYTES = 64 * 1024 * 1024
+MAX_ROUTE_BODY_BYTES = MAX_BODY_BYTES  # every body's limit (http_limits.BodyLimit), counted as it streams
 MAX_WAIT_S = 60.0
 #: OpenAPI responses of a route by status, as FastAPI's ``responses=`` takes them.
 Responses = dict[int | str, dict[str, Any]]
@@ -140,7 +142,8 @@ class PlacementMsgpackOut(_PlacementFields):
 
 
 class RouteIn(BaseModel):
-    keys: list[str] = Field(description=f"at most {MAX_ROUTE_KEYS:,} keys")
+    keys: list[Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)]] = Field(
+        description=f"at most {MAX_ROUTE_KEYS:,} keys, each 1 to {MAX_KEY_CHARS} characters")
 
 
 class RouteGroup(BaseModel):
@@ -158,6 +161,8 @@ class Health(BaseModel):
     node: str = Field(description="this node's id")
     warning: str | None = Field(None, description="readyz, exclusive ownership: set when the crash of one member "
                                 "would stop all work, with what to add (the node is ready all the same)")
+    security_warning: str | None = Field(None, description="readyz: set when gossip runs without keys (no "
+                                         "--key-file), with what that allows and the fix (ready all the same)")
 
 
 class SurvivalOut(BaseModel):
@@ -188,6 +193,8 @@ class OwnershipOut(BaseModel):
     votes: bool | None = Field(None, description="this node is one of those witnesses (exclusive)")
     survival: SurvivalOut | None = Field(None, description="what the cluster survives (exclusive; null before "
                                          "this node holds a stable view)")
+    security_warning: str | None = Field(None, description="set when gossip runs without keys (no --key-file): "
+                                         "what that allows and the fix")
 
 
 class Problem(BaseModel):
@@ -364,6 +371,11 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0],
                   generate_unique_id_function=lambda route: route.name)
     collector = _NodeCollector(node)
+    # GET /v1/owners?replicas= above this answered fewer owners than asked, silently (issue 31)
+    cluster_replicas = getattr(getattr(node, "config", None), "replicas", MAX_REPLICAS)
+    # Outermost first: a cross-site request is refused before its body is read (http_limits).
+    app.add_middleware(BodyLimit)
+    app.add_middleware(CrossSite, advertised=[getattr(getattr(node, "config", None), "http_advertise", "") or ""])
 
     def openapi() -> dict[str, Any]:
         """FastAPI's document, plus the schemas that only raw ``responses`` entries name."""
@@ -434,13 +446,16 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
              responses={**_msgpack_too(_ref(OwnersOut)), **_problems(422, 503)})
     async def owners(
         request: Request,
-        key: str = Query(..., min_length=1, max_length=4096),
-        replicas: int | None = Query(None, ge=1, le=MAX_REPLICAS, description="how many of the replica set"),
+        key: str = Query(..., min_length=1, max_length=MAX_KEY_CHARS),
+        replicas: int | None = Query(None, ge=1, le=cluster_replicas, description="how many of the replica set: "
+                                     f"at most the cluster's --replicas, {cluster_replicas} (more is a 422)"),
     ) -> Response:
         if (refusal := _not_joined(node)) is not None:
             return refusal
         snap = node.snapshot
         table = snap.table
+        if (why := key_error(key)) is not None:
+            return problem(422, "Invalid request", f"key: {why}")
         p = table.partition_of(key)
         ids = table.owners(p)[:replicas]
         body = {"key": key, "partition": p, "owners": [{"id": m, "http": snap.address(m)} for m in ids],
@@ -448,7 +463,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         return _encode(request, body)
 
     @app.post("/v1/route", response_model=RouteOut,
-              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 413, 415, 422, 503)},
+              responses={**_msgpack_too(_ref(RouteOut)), **_problems(400, 403, 413, 415, 422, 503)},
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": RouteIn.model_json_schema()},
                   MSGPACK: {"schema": RouteIn.model_json_schema()}}}})
@@ -467,12 +482,18 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             else:
                 return problem(415, "Unsupported media type", f"send application/json or {MSGPACK}, not {ctype}")
         except (ValueError, msgpack.UnpackException, msgpack.ExtraData) as exc:
-            return problem(400, "Malformed body", f"could not decode the {ctype} body: {exc}")
+            # Some msgpack errors have no message (FormatError of b"\xc1"): their name says it.
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (not valid {ctype})"
+            return problem(400, "Malformed body", f"could not decode the {ctype} body: {why}")
         keys = body.get("keys") if isinstance(body, dict) else None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             return problem(422, "Invalid request", 'body must be {"keys": [string, ...]}')
         if len(keys) > MAX_ROUTE_KEYS:
             return problem(413, "Too many keys", f"at most {MAX_ROUTE_KEYS:,} keys per request")
+        # The rule of GET /v1/owners (issue 31: "" and a 5 MB key were routed here).
+        bad = next((i for i, k in enumerate(keys) if not 0 < len(k) <= MAX_KEY_CHARS), None)
+        if bad is not None:
+            return problem(422, "Invalid key", f"keys[{bad}]: {key_error(keys[bad])}")
         snap = node.snapshot
         try:
             groups = snap.table.route(keys)
@@ -489,15 +510,18 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     async def readyz() -> Response:
         survival = getattr(node, "survival", None)
         warning = None if survival is None else survival.warning
+        insecure = getattr(node, "security_warning", None)
         if not node.ready:
             refused = getattr(node, "refused", None) or getattr(node, "id_conflict", None)
             paused = getattr(node, "paused", None)
             detail = (str(refused) if refused else f"ownership paused: {paused}" if paused
                       else "not joined yet, or the membership view has not settled")
-            return problem(503, "Not ready", detail + (f"; {warning}" if warning else ""))
+            return problem(503, "Not ready", detail + "".join(f"; {w}" for w in (warning, insecure) if w))
         body: dict[str, Any] = {"status": "ready", "node": node.node_id}
         if warning:
             body["warning"] = warning  # a warning, not a reason to be unready: a 2-node cluster works
+        if insecure:
+            body["security_warning"] = insecure
         return Response(json.dumps(body), media_type="application/json")
 
     @app.get("/v1/ownership", response_model=OwnershipOut)
@@ -514,6 +538,7 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
             "stable_view": status.get("stable_view"), "witnesses": status.get("witnesses", []),
             "votes": status.get("votes"), "survival": None if survival is None else survival.to_dict(),
+            "security_warning": getattr(node, "security_warning", None),
         }
 
     @app.get("/metrics", response_class=Response, responses={200: {

@@ -1,6 +1,7 @@
 """The HTTP server a node runs: uvicorn with no signal handling and no periodic tick, the
-``Date`` header added per response (``DateHeader``), and the listening socket bound up front so a
-port in use is a one-line error naming the flag.
+``Date`` header added per response (``DateHeader``), the listening socket bound up front so a
+port in use is a one-line error naming the flag, and bounds on request heads (``_protocol_class``:
+16 KiB, and a header-read timeout uvicorn does not have).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .. import argtypes
 from ..errors import PlacementError
@@ -31,15 +33,27 @@ _ASGIApp = Callable[[_Message, _Receive, _Send], Awaitable[None]]
 #: requests that take longer than this are cut off (issue 30: exit within 2 s of SIGTERM).
 GRACEFUL_SHUTDOWN_S = 1  # (uvicorn types it as whole seconds)
 
+#: A client must send a whole request head within this many seconds of connecting, or of the
+#: end of its previous response (``_protocol_class``).
+HEADER_TIMEOUT_S = 10.0
+#: The largest request head (request line and headers) h11 buffers: a larger one gets a 400.
+MAX_HEAD_BYTES = 16 * 1024
 
-def http_server(app: _ASGIApp, http: tuple[str, int]) -> uvicorn.Server:
+
+def http_server(app: _ASGIApp, http: tuple[str, int], header_timeout_s: float = HEADER_TIMEOUT_S,
+                tls: tuple[str, str] | None = None) -> uvicorn.Server:
     """The node's uvicorn server for ``app`` (start it with ``serve(sockets=[...])``): no
-    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``.
-    Its config is loaded here (the protocol modules imported), not when it starts serving."""
+    signal handling, no periodic tick (``_server_class``), the Date header added by ``DateHeader``,
+    request heads bounded in size and time (``_protocol_class``); HTTPS with ``tls`` (certificate
+    chain and key files, PEM). Its config is loaded here (the protocol modules imported, the
+    certificate read), not when it starts serving."""
     import uvicorn
 
     config = uvicorn.Config(DateHeader(app), host=http[0], port=http[1], log_level="warning", lifespan="off",
-                            date_header=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                            date_header=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                            http=_protocol_class(header_timeout_s),
+                            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                            ssl_certfile=tls[0] if tls else None, ssl_keyfile=tls[1] if tls else None)
     config.load()
     return _server_class()(config)
 
@@ -87,6 +101,50 @@ class DateHeader:
             await send(message)
 
         await self.app(scope, receive, send_dated)
+
+
+def _protocol_class(header_timeout_s: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time.
+
+    uvicorn 0.54 has no header-read timeout: ``timeout_keep_alive`` runs only between requests
+    and the first byte of the next one cancels it, so a client that connects and sends nothing,
+    or sends a header a minute, holds its connection (and a slot of ``limit_concurrency``, if it
+    were set) as long as it likes. Here a timer starts when a connection is made and when a
+    response ends; when it fires and the client has not sent a whole request head since
+    (h11 still waits for one: ``their_state`` IDLE), the connection is closed. A request being
+    answered (a long poll, an event stream) is not affected: its head has arrived."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeout(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = None if self.transport.is_closing() else self.loop.call_later(
+                header_timeout_s, self._head_timeout)
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeout
 
 
 def _server_class() -> type[uvicorn.Server]:
@@ -142,6 +200,33 @@ def _server_class() -> type[uvicorn.Server]:
 def bind_error(what: str, flag: str, addr: tuple[str, int], exc: OSError) -> PlacementError:
     return PlacementError(f"cannot bind {what} {addr[0]}:{addr[1]} ({flag} or {argtypes.env_variable(flag)}): "
                           f"{exc.strerror or exc}")
+
+
+def advertise_bound_port(url: str, sock: socket.socket) -> str:
+    """``url`` with the port the system chose for ``sock`` when the URL says port 0 (``--http
+    HOST:0``, and the advertised URL made from it): others cannot reach port 0."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return url
+    if port != 0:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{sock.getsockname()[1]}"))
+
+
+def check_tls(cert: str, key: str) -> None:
+    """Load the certificate chain and key as the server will: a one-line error naming the flags
+    if they cannot be read or do not match (before anything starts)."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise PlacementError(f"--tls-cert {cert} / --tls-key {key}: {exc.filename}: no such file") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise PlacementError(f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate chain and its private "
+                             f"key ({getattr(exc, 'reason', None) or exc})") from None
 
 
 def listen_http(addr: tuple[str, int]) -> socket.socket:

@@ -117,6 +117,10 @@ class NodeConfig:
     cluster: str = "placement"
     keys: tuple[bytes, ...] = field(default=(), repr=False)
     admin_token: str | None = field(default=None, repr=False)
+    #: PEM certificate (chain) and private key files: the HTTP API serves HTTPS (``placement
+    #: node --tls-cert --tls-key``; the node itself only carries them to its server).
+    tls_cert: str | None = None
+    tls_key: str | None = None
     settle_s: float = 1.0  # ready once joined and the view has not changed for this long
     # After being declared dead: own nothing this long after refuting (several times the p99
     # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).
@@ -181,11 +185,67 @@ Listener = Callable[[int], object]
 
 
 _log = logging.getLogger("placement.node")
+#: One line per join, suspicion, death, refutation and leave another member makes (rate-limited:
+#: ``_MembershipLog``); ``placement node`` shows its INFO lines too.
+_membership_log = logging.getLogger("placement.membership")
 #: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
 _survival_log = logging.getLogger("placement.survival")
 # The core reports a persisting id conflict at most once a minute: hold "not ready" a little
 # longer than that, so it does not flap while the conflict lasts.
 _ID_CONFLICT_HOLD_S = 90.0
+
+
+class _MembershipLog:
+    """``_membership_log`` lines, at most ``burst`` at once and ``per_s`` a second after that
+    (a token bucket): a split of a large cluster changes hundreds of members in a second. What
+    is dropped is counted and said in the next line that is written; ``GET /v1/events`` holds
+    every change."""
+
+    def __init__(self, observer: str, burst: int = 20, per_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.observer = observer
+        self.burst, self.per_s, self._clock = burst, per_s, clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self.dropped = 0
+
+    def write(self, level: int, text: str) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.per_s)
+        self._at = now
+        if self._tokens < 1:
+            self.dropped += 1
+            return False
+        self._tokens -= 1
+        if self.dropped:
+            text += f" ({self.dropped} membership changes not logged before this: too many at once; see GET /v1/events)"
+            self.dropped = 0
+        _membership_log.log(level, "%s", text)
+        return True
+
+    def event(self, event: MemberEvent) -> None:
+        """The line for one change of another member (``updated`` has none: metadata)."""
+        m, by, me = event.member, event.by, self.observer
+        where = f"{m.addr[0]}:{m.addr[1]}"
+        heard = ("never heard from directly" if m.heard_at is None
+                 else f"last heard {max(0.0, time.monotonic() - m.heard_at):.1f} s ago")
+        if event.kind == "joined":
+            self.write(logging.INFO, f"member {m.node_id} joined: gossip {where}, http {m.meta.http or '-'}, "
+                                     f"weight {m.meta.weight:g}, incarnation {m.incarnation}")
+        elif event.kind == "suspect":
+            why = ("it did not answer this node's probes, direct or through other members" if by in ("", me)
+                   else f"{by} suspects it (its probes went unanswered)")
+            self.write(logging.WARNING, f"member {m.node_id} at {where} is suspect: {why}; {heard}; it is declared "
+                                        "dead unless it refutes in time")
+        elif event.kind == "alive":
+            self.write(logging.INFO, f"member {m.node_id} at {where} refuted the suspicion: alive at incarnation "
+                                     f"{m.incarnation}")
+        elif event.kind == "dead":
+            why = ("its suspicion ran out here without a refutation" if by in ("", me)
+                   else f"declared dead by {by} (its suspicion ran out there without a refutation)")
+            self.write(logging.WARNING, f"member {m.node_id} at {where} is dead: {why}; {heard}")
+        elif event.kind == "left":
+            self.write(logging.INFO, f"member {m.node_id} at {where} left: it announced its leave")
 
 
 class _ChangeStream:
@@ -196,6 +256,7 @@ class _ChangeStream:
         self._pending: OwnershipChange | None = first  # the first is yielded even when empty
         self._first = True
         self._closed = False
+        self._error: BaseException | None = None  # raised to the reader once it has read the rest
         self._ready = asyncio.Event()
 
     def put(self, change: OwnershipChange) -> None:
@@ -203,13 +264,16 @@ class _ChangeStream:
         self._pending = merged if (merged or self._first) else None  # back where the reader is
         self._ready.set()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self._closed = True
+        self._error = self._error or error
         self._ready.set()
 
     async def get(self) -> OwnershipChange | None:
         while self._pending is None:
             if self._closed:
+                if self._error is not None:
+                    raise self._error
                 return None
             self._ready.clear()
             await self._ready.wait()
@@ -232,6 +296,7 @@ class Node:
         self._released_cbs: list[Listener] = []
         self._leaderships: dict[str, list[Callable[[], None]]] = {}
         self._refused: JoinRefusedError | None = None
+        self._join_settled = asyncio.Event()  # set once joined, or refused (wait_joined)
         self._id_conflict: tuple[str, float] | None = None  # (message, monotonic time)
         self._last_view_change = 0.0
         self._has_peer = False
@@ -247,6 +312,7 @@ class Node:
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
         self._state: tuple[StateFile | None, WitnessState | None] = (None, None)  # --state-dir (start)
+        self._membership_log = _MembershipLog(config.node_id)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
@@ -261,7 +327,21 @@ class Node:
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
         self._on_event(None, await self._thread.start(self._open))
+        if self.security_warning is not None:  # (once the node runs: not for one that failed to bind)
+            _log.warning("%s", self.security_warning)
+        if self.joined:
+            self._join_settled.set()
         return self
+
+    async def wait_joined(self, timeout_s: float | None = None) -> None:
+        """Return once this node has joined (heard from a member through its seeds; at once
+        without seeds). Raises ``JoinRefusedError`` if the cluster refused it (other cluster
+        name or settings, or keys), naming both sides' values, and ``TimeoutError`` after
+        ``timeout_s``. ``start()`` does not wait: a seed may come up later."""
+        if not self.joined and self._refused is None:
+            await asyncio.wait_for(self._join_settled.wait(), timeout_s)
+        if self._refused is not None:
+            raise self._refused
 
     async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
         """On the membership thread: bind the gossip socket, join, build the runner."""
@@ -392,6 +472,17 @@ class Node:
         return None if self._survival is None else self._survival[1]
 
     @property
+    def security_warning(self) -> str | None:
+        """Set when gossip runs without keys (no ``--key-file``): what that allows, and the fix.
+        Logged at start, in ``/readyz`` and ``/v1/ownership`` (the console, ``placement status``)."""
+        if self.config.membership_config().keys:
+            return None
+        return ("gossip runs without keys (no --key-file): it is neither encrypted nor authenticated, so anyone "
+                "who can send UDP to the gossip port can join, read the member list, and declare members dead "
+                "until they refute; make a key with `placement keygen --out FILE` and give every node "
+                "--key-file FILE (README, \"Gossip without --key-file\")")
+
+    @property
     def leaving(self) -> bool:
         """A graceful leave has started: this node takes no new work."""
         return self._leaving
@@ -496,6 +587,8 @@ class Node:
         is cancelled and ``LeadershipLost`` is raised.
         """
         while not self._leads(name):
+            if self._refused is not None:
+                raise self._refused
             if self._leaving or self._closed:
                 raise LeadershipLost(f"node {self.node_id!r} stopped before it led {name!r}")
             await self._leaders_checked.wait()  # every point where leadership may change sets it
@@ -538,6 +631,14 @@ class Node:
                 f"(this node: {self.config.cluster_settings()})"
             )
             self.events.append("refused", "", str(self._refused), time.time())
+            _log.error("%s", self._refused)
+            # An embedding application hears it as an error: wait_joined(), ownership_changes()
+            # and leadership() raise it (issue 31: it only saw join attempts logged). The node
+            # keeps asking its seeds until closed (`placement node` exits with status 3).
+            self._join_settled.set()
+            for stream in self._streams:
+                stream.close(self._refused)
+            self._check_leaderships()
             return
         if isinstance(event, (RefusedPeer, JoinAttempt)):
             self._log_join_event(event)
@@ -561,8 +662,11 @@ class Node:
             m = event.member
             if m.node_id != self.node_id:
                 self._has_peer = True
-            self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}",
-                               time.time())
+                self._join_settled.set()
+            self.events.append(event.kind, m.node_id, f"incarnation {m.incarnation} at {m.addr[0]}:{m.addr[1]}"
+                               + (f" (by {event.by})" if event.by and event.by != m.node_id else ""), time.time())
+            if m.node_id != self.node_id:
+                self._membership_log.event(event)
         self._last_view_change = time.monotonic()
         self._recompute(members)
 

@@ -75,6 +75,9 @@ NODE_FLAGS = (
     _NodeFlag("--cluster", argtypes.non_empty, "placement", "cluster name (default placement)"),
     _NodeFlag("--key-file", argtypes.non_empty, None, "gossip encryption keys, one per line (hex/base64)"),
     _NodeFlag("--admin-token", argtypes.non_empty, None, "token required by POST /v1/leave"),
+    _NodeFlag("--tls-cert", argtypes.non_empty, None, "PEM certificate (chain) file: the HTTP API serves HTTPS "
+              "(with --tls-key)"),
+    _NodeFlag("--tls-key", argtypes.non_empty, None, "PEM private key file of --tls-cert"),
     _NodeFlag("--ownership", argtypes.ownership_mode, "exclusive",
               "exclusive (default: never two owners of a partition) or available (owns what its own view "
               "says at once; two owners possible during splits and freezes)"),
@@ -160,24 +163,34 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
     if advertise is None and gossip[0] in _WILDCARD_HOSTS:
         raise InvalidConfigError(f"--gossip {gossip[0]}:{gossip[1]} binds every interface: give --gossip-advertise "
                                  "HOST:PORT (or PLACEMENT_GOSSIP_ADVERTISE), the address others reach us at")
+    tls_cert, tls_key = v["tls_cert"], v["tls_key"]
+    if (tls_cert is None) != (tls_key is None):
+        raise InvalidConfigError("--tls-cert and --tls-key go together: give both (HTTPS) or neither (HTTP)")
     if http is None:  # a witness without HTTP: nothing to advertise
         if v["http_advertise"] is not None:
             raise InvalidConfigError("--http-advertise without --http: this witness serves no HTTP; give --http "
                                      "HOST:PORT too (or drop --http-advertise)")
+        if tls_cert is not None:
+            raise InvalidConfigError("--tls-cert without --http: this witness serves no HTTP; give --http too")
         http_advertise = ""
     else:
         http_host = advertise[0] if advertise else http[0]
         if v["http_advertise"] is None and http_host in _WILDCARD_HOSTS:
             raise InvalidConfigError(f"--http {http[0]}:{http[1]} binds every interface: give --http-advertise URL "
                                      "(or PLACEMENT_HTTP_ADVERTISE), the address others reach us at")
-        http_advertise = v["http_advertise"] or f"http://{http_host}:{http[1]}"
+        scheme = "https" if tls_cert else "http"
+        http_advertise = v["http_advertise"] or f"{scheme}://{http_host}:{http[1]}"
+    if tls_cert is not None:
+        from .http_server import check_tls
+
+        check_tls(tls_cert, tls_key)
     config = NodeConfig(
         node_id=v["id"], gossip_bind=gossip, gossip_advertise=advertise,
         http_advertise=http_advertise, join=tuple(v["join"]),
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
-        join_timeout_s=v["join_timeout"], state_dir=v["state_dir"],
+        join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], tls_cert=tls_cert, tls_key=tls_key,
     )
     return config, http
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 from membership.seeds import DnsSeed
 
-from .http_server import bind_error, http_server, listen_http
+from .http_server import advertise_bound_port, bind_error, http_server, listen_http
 from .node import Node, NodeConfig
 from .workers import PartitionProcessor, PartitionWorkers
 
@@ -41,10 +42,14 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
     ``503 Leaving``, ends event streams (``Node.leave``) - then its HTTP server stops, waiting at
     most ``http_server.GRACEFUL_SHUTDOWN_S`` for requests still in flight (issue 30)."""
     # Warnings of the node and its gossip (join attempts, refusals, id conflicts) on stderr,
-    # and what the cluster survives whenever that changes (INFO when all is well).
+    # what the cluster survives whenever that changes (INFO when all is well), and every other
+    # member's join, suspicion, death, refutation and leave (rate-limited).
     logging.basicConfig(format=f"[{config.node_id}] %(levelname)s %(message)s", level=logging.WARNING)
     logging.getLogger("placement.survival").setLevel(logging.INFO)
+    logging.getLogger("placement.membership").setLevel(logging.INFO)  # joins, suspicions, deaths, leaves
     sock = listen_http(http) if http is not None else None
+    if sock is not None:  # --http HOST:0: advertise the port the system chose
+        config = dataclasses.replace(config, http_advertise=advertise_bound_port(config.http_advertise, sock))
     node = Node(config)
     done = asyncio.Event()
     # The HTTP app and server are built (their modules imported) before the node starts: after
@@ -58,7 +63,8 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
             from .http_api import create_app
 
             app = create_app(node, config.admin_token, on_leave=done.set)
-        server = http_server(app, http)
+        server = http_server(app, http, tls=(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key
+                             else None)
     try:
         await node.start()
     except OSError as exc:
@@ -71,7 +77,8 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
         loop.add_signal_handler(sig, done.set)
     seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
     role = "witness (weight 0: votes, owns nothing) " if config.weight == 0 else ""
-    _say(config.node_id, f"{role}gossip {config.gossip_advertise or config.gossip_bind} "
+    gossip = node.member.core.advertise  # (the port the system chose for --gossip HOST:0)
+    _say(config.node_id, f"{role}gossip {gossip[0]}:{gossip[1]} "
                          f"http {config.http_advertise or 'off'} joining {seeds or 'nobody (new cluster)'}")
     started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]) if server is not None and sock is not None

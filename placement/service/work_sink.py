@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.service.guard import Misdirected, NotYetOwned, held
+from placement.service.guard import MAX_KEY_CHARS, Misdirected, NotYetOwned, held
 from placement.service.http_api import create_app
 from placement.service.node import Node
 
@@ -49,7 +49,7 @@ WORK_PATH = "/v1/work"
 
 class WorkItem(BaseModel):
     id: int
-    key: str
+    key: str = Field(min_length=1, max_length=MAX_KEY_CHARS)  # the rule of every route (guard.key_error)
     data: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -78,11 +78,15 @@ class MemberChecksum(BaseModel):
 class AgreementOut(BaseModel):
     node: str
     checked_at: float = Field(description="wall-clock seconds since the epoch of the fan-out")
-    agree: bool = Field(description="every member that answered reports the same checksum")
+    agree: bool = Field(description="every member that answered reports the same checksum, and every member of "
+                        "the stable view with an HTTP address answered")
     majority: str | None
     checksums: dict[str, int] = Field(description="checksum -> how many members report it")
     disagree: list[str] = Field(description="members reporting another checksum than the majority")
     unreachable: list[str]
+    unconfirmed: list[str] = Field(description="members of the stable view (exclusive ownership; else of this "
+                                   "node's placement) with an HTTP address that did not answer: agreement "
+                                   "cannot be confirmed while any is listed")
     members: list[MemberChecksum]
 
 
@@ -216,9 +220,15 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[s
             client = fanout["client"] = httpx.AsyncClient(timeout=AGREEMENT_TIMEOUT_S, limits=httpx.Limits(
                 max_connections=AGREEMENT_CONCURRENCY, max_keepalive_connections=AGREEMENT_CONCURRENCY))
             node.events.listeners.append(close_client)
-        await asyncio.gather(*(ask(client, m, snap.address(m)) for m in snap.table.members))
+        # The stable view's members too: one that this node's view holds dead may be alive elsewhere.
+        survival = getattr(node, "survival", None)
+        view = set(survival.members) if survival is not None else set(snap.table.members)
+        known = {m.node_id: m.meta.http for m in node.members()}
+        urls = {m: snap.address(m) or known.get(m, "") for m in sorted(set(snap.table.members) | view)}
+        await asyncio.gather(*(ask(client, m, url) for m, url in urls.items()))
         rows.sort(key=lambda r: r["id"])
-        return {"node": node.node_id, "checked_at": time.time(), **agreement(answers), "members": rows}
+        return {"node": node.node_id, "checked_at": time.time(),
+                **agreement(answers, [m for m in view if urls.get(m)]), "members": rows}
 
     def close_client() -> None:
         if node.events.closed and "client" in fanout:

@@ -59,7 +59,8 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
         raise PlacementError(f"{url}/v1/placement: not a placement snapshot: {exc}") from None
     agreement = _get(client, url, "/v1/agreement").json()
     events = _get(client, url, "/v1/events", params={"limit": 1000}).json()
-    survival = _get(client, url, "/v1/ownership").json().get("survival")  # null: available mode, no view yet
+    ownership = _get(client, url, "/v1/ownership").json()
+    survival = ownership.get("survival")  # null: available mode, no view yet
     table = snap.table
     leads, replicas = table.load(), table.load(leader_only=False)
     for m in members:
@@ -68,7 +69,7 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
     return {
         "node": events["node"], "url": url, "checksum": snap.checksum, "partitions": table.partitions,
         "replicas": table.replicas, "members": members, "agreement": agreement, "balance": balance(table),
-        "recent": moves, "survival": survival,
+        "recent": moves, "survival": survival, "security_warning": ownership.get("security_warning"),
     }
 
 
@@ -86,6 +87,8 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
         heard = m.get("heard_s_ago")
         lines.append(f"{m['id']:<16}{m['status']:<9}{m['incarnation']:>12}{m['weight']:>8g}{m['leads']:>7}"
                      f"{m['replica_of']:>11}{'-' if heard is None else f'{heard:.1f}s':>8}  {m['http']}")
+    if s.get("security_warning"):  # right under the first line: before everything else
+        lines.insert(1, f"WARNING: {s['security_warning']}")
     v = s.get("survival")
     if v is not None:
         lines.append(f"witnesses: {', '.join(v['witnesses'])} (the first breaks a tie)")
@@ -93,8 +96,12 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"split: {v['split']}")
     a = s["agreement"]
     answering = len(a["members"]) - len(a["unreachable"])
+    unconfirmed = a.get("unconfirmed") or []
     if a["agree"]:
         lines.append(f"agreement: all {answering} answering members agree on {a['majority'][:12]}")
+    elif unconfirmed and len(a["checksums"]) <= 1:
+        lines.append(f"agreement: UNCONFIRMED - cannot reach {', '.join(unconfirmed)} of the stable view; "
+                     f"the {answering} answering members report {str(a['majority'])[:12]}")
     else:
         lines.append(f"agreement: DISAGREE - {len(a['checksums'])} checksums among {answering} answering members; "
                      f"majority {str(a['majority'])[:12]}; others: {', '.join(a['disagree']) or '-'}")

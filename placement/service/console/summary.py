@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ...snapshot import PlacementSnapshot
@@ -43,19 +43,24 @@ def read_map_payload(body: bytes) -> tuple[dict[str, Any], memoryview]:
     return json.loads(body[4:4 + n]), memoryview(body)[4 + n:]
 
 
-def agreement(answers: Mapping[str, str | None]) -> dict[str, Any]:
-    """``answers``: member id -> the placement checksum it reported (None: it did not answer).
+def agreement(answers: Mapping[str, str | None], view: Collection[str] = ()) -> dict[str, Any]:
+    """``answers``: member id -> the placement checksum it reported (None: it did not answer);
+    ``view``: the members that must answer (the stable view's, those with an HTTP address).
 
-    The cluster agrees when every member that answered reports one checksum. ``majority`` is
-    the checksum most members report; ``disagree`` lists the members that report another."""
+    The cluster agrees when every member that answered reports one checksum and no member of
+    ``view`` failed to answer: a member this node cannot reach may hold another placement, so
+    its silence is not agreement (``unconfirmed`` names such members). ``majority`` is the
+    checksum most members report; ``disagree`` lists the members that report another."""
     counts = Counter(c for c in answers.values() if c is not None)
     majority = min(counts, key=lambda c: (-counts[c], c)) if counts else None
+    unconfirmed = sorted(m for m in view if answers.get(m) is None)
     return {
-        "agree": len(counts) == 1,
+        "agree": len(counts) == 1 and not unconfirmed,
         "majority": majority,
         "checksums": dict(sorted(counts.items())),
         "disagree": sorted(m for m, c in answers.items() if c is not None and c != majority),
         "unreachable": sorted(m for m, c in answers.items() if c is None),
+        "unconfirmed": unconfirmed,
     }
 
 

@@ -237,14 +237,21 @@ async function fetchOwnership() {
     ["survives", s.summary], ["split", s.split]);
   $("ownership").innerHTML = rows.map(([k, v]) =>
     `<dt>${k}</dt><dd${k === "survives" && s.warning ? ' class="warning"' : ""}>${esc(v)}</dd>`).join("");
+  // Gossip without keys (no --key-file): what it allows and the fix, above everything else.
+  const banner = $("security-warning");
+  banner.hidden = !o.security_warning;
+  banner.textContent = o.security_warning ? `WARNING: ${o.security_warning}` : "";
 }
 
 async function loadAgreement() {
   const a = await getJSON("/v1/agreement");
   const verdict = $("agreement-verdict");
   verdict.dataset.agree = a.agree;
+  const unconfirmed = a.unconfirmed || [];
   verdict.textContent = a.agree ? `all ${a.members.length - a.unreachable.length} answering agree` :
-    `DISAGREE: ${Object.keys(a.checksums).length} checksums`;
+    Object.keys(a.checksums).length <= 1 && unconfirmed.length ?
+      `UNCONFIRMED: cannot reach ${unconfirmed.join(", ")} (stable view)` :
+      `DISAGREE: ${Object.keys(a.checksums).length} checksums`;
   document.querySelector("#agreement tbody").innerHTML = a.members.map((m) => {
     const differs = m.checksum !== null && m.checksum !== a.majority;
     const note = m.checksum === null ? `unreachable: ${m.error}` : differs ? "differs" : "";
