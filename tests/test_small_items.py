@@ -16,8 +16,9 @@ import httpx
 import msgpack
 import pytest
 
-from placement.service.guard import MAX_KEY_CHARS, require_ownership
+from placement.service.guard import require_ownership
 from placement.service.http_api import create_app
+from placement.service.key_rules import MAX_KEY_CHARS
 from placement.service.node import Node, NodeConfig
 from placement.service.work_sink import create_sink_app
 

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 from ..client import CHECKSUM_HEADER, OWNER_HEADER
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
+from .key_rules import key_error
 
 #: How long a request waits for a partition this node leads but does not hold yet (a handoff
 #: to it under way) before the 503.
@@ -42,23 +43,6 @@ HANDOFF_WAIT_S = 2.0
 #: How often it looks while it waits.
 HANDOFF_POLL_S = 0.02
 
-#: The longest key any route takes, in characters (``GET /v1/owners``, ``POST /v1/route``,
-#: ``POST /v1/work``, ``require_ownership``): one rule for every route (issue 31).
-MAX_KEY_CHARS = 4096
-
-
-def key_error(key: str) -> str | None:
-    """Why ``key`` is not a key any route takes, or None: keys are 1 to ``MAX_KEY_CHARS``
-    characters of valid Unicode text (no lone surrogates: keys hash as UTF-8)."""
-    if not key:
-        return "a key must not be empty"
-    if len(key) > MAX_KEY_CHARS:
-        return f"a key is at most {MAX_KEY_CHARS} characters, got {len(key)}"
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"keys must be valid Unicode text: {exc.reason}"
-    return None
 
 
 class OwnerNode(Protocol):

@@ -38,8 +38,8 @@ from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
 from .console.events import EventLog
 from .console.routes import add_console_routes
-from .guard import MAX_KEY_CHARS, key_error
 from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
+from .key_rules import MAX_KEY_CHARS, key_error
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"

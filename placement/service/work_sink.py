@@ -40,8 +40,9 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.service.guard import MAX_KEY_CHARS, Misdirected, NotYetOwned, held
+from placement.service.guard import Misdirected, NotYetOwned, held
 from placement.service.http_api import create_app
+from placement.service.key_rules import MAX_KEY_CHARS
 from placement.service.node import Node
 
 WORK_PATH = "/v1/work"
