@@ -77,32 +77,25 @@ class SinkCluster(Cluster):
 
     def settle(self, timeout_s: float = 90.0) -> float:
         """Wait until every node answers and owns exactly what the placement of all says; seconds taken."""
-        expected = self.placed(self.names)
-        t0 = time.monotonic()
-        with httpx.Client(timeout=2.0) as http:
-            while time.monotonic() - t0 < timeout_s:
-                try:
-                    owned = {n: set(http.get(f"{self.url(n)}/v1/ownership").json()["owned"]) for n in self.names}
-                    if owned == expected:
-                        return time.monotonic() - t0
-                except (httpx.HTTPError, ValueError, KeyError):
-                    pass
-                time.sleep(0.2)
-        raise TimeoutError(f"the cluster did not settle within {timeout_s} s (logs: {self.hosts.logdir})")
+        return self._owns_as_placed(self.names, timeout_s, "the cluster did not settle")
 
     def taken_over(self, survivors: list[str], timeout_s: float = 60.0) -> float:
-        expected = self.placed(survivors)
+        return self._owns_as_placed(survivors, timeout_s, "no takeover")
+
+    def _owns_as_placed(self, names: list[str], timeout_s: float, failure: str) -> float:
+        """Poll until ``names`` answer and own exactly what their placement says; seconds taken."""
+        expected = self.placed(names)
         t0 = time.monotonic()
         with httpx.Client(timeout=2.0) as http:
             while time.monotonic() - t0 < timeout_s:
                 try:
-                    owned = {n: set(http.get(f"{self.url(n)}/v1/ownership").json()["owned"]) for n in survivors}
+                    owned = {n: set(http.get(f"{self.url(n)}/v1/ownership").json()["owned"]) for n in names}
                     if owned == expected:
                         return time.monotonic() - t0
                 except (httpx.HTTPError, ValueError, KeyError):
                     pass
-                time.sleep(0.2)
-        raise TimeoutError(f"no takeover within {timeout_s} s (logs: {self.hosts.logdir})")
+                time.sleep(0.2)  # a poll with a deadline
+        raise TimeoutError(f"{failure} within {timeout_s} s (logs: {self.hosts.logdir})")
 
 
 class Counting(httpx.HTTPTransport):

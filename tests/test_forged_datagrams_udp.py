@@ -14,23 +14,12 @@ import asyncio
 
 import pytest
 
-from membership import DEAD, LEFT, MemberEvent, MembershipConfig
+from membership import DEAD, LEFT, MemberEvent
 from membership.aio import start_member
 from membership.messages import Ack, Ping, PushPull, Refuse
 from membership.wire import Codec, Keyring
 
-# As in test_membership_udp.py: short periods, so a split shows within seconds.
-FAST = MembershipConfig(probe_interval_s=0.2, probe_timeout_s=0.1, gossip_interval_s=0.05,
-                        suspicion_mult=1.0, suspicion_min_floor_s=0.6, join_retry_interval_s=0.3)
-
-
-async def wait_for(pred, timeout_s: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.02)  # polling a condition with a deadline, not waiting for an effect
+from test_membership_udp import FAST, wait_for  # short periods: a split shows within seconds
 
 
 def _craft(messages, *, sender: str, epoch: int, seq: int, cluster: str) -> bytes:
