@@ -78,6 +78,7 @@ can still make them fall: a restarted witness).
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -169,7 +170,8 @@ class Ownership:
     and ``now``; read ``actions()``, ``messages(now)`` and ``get_timer()`` after every call."""
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
-                 now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None) -> None:
+                 now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None,
+                 incarnation: int | None = None) -> None:
         self.me = me
         self.config = config
         self._tables = tables
@@ -240,7 +242,10 @@ class Ownership:
         if founder:
             # With the founder's own weight: a weight-0 founder (a witness) owns nothing even
             # in its first view.
-            self.lease.set_stable({me: weight}, now)
+            # The cluster's incarnation (``View.inc``): the driver draws it at random; without
+            # one (the simulator, tests) it is a function of the founder's id and start.
+            inc = incarnation if incarnation else 1 + zlib.crc32(f"{me}@{now!r}".encode())
+            self.lease.set_stable({me: weight}, now, inc=inc)
             self.lease.installs.clear()
             self._create_after = now  # nobody existed before the founder's first view
             # Its first round (to itself) confirms a reserve for its first creations (rule 8).

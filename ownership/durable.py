@@ -34,7 +34,7 @@ class StateRecordError(ValueError):
 
 
 def _view(v: View) -> list[Any]:
-    return [v.num, list(v.members), list(v.weights)]
+    return [v.num, list(v.members), list(v.weights), v.inc]
 
 
 def encode(state: WitnessState, *, cluster: str, node: str) -> bytes:
@@ -67,14 +67,17 @@ def _str(x: Any, what: str) -> str:
 
 
 def _decode_view(x: Any, what: str) -> View:
-    if not (isinstance(x, list) and len(x) == 3 and isinstance(x[1], list) and isinstance(x[2], list)):
-        raise StateRecordError(f"{what} is not [num, members, weights]")
+    # [num, members, weights, incarnation]; records written before views carried their
+    # incarnation lack the last (0: unknown, ``StableViews.heard``).
+    if not (isinstance(x, list) and len(x) in (3, 4) and isinstance(x[1], list) and isinstance(x[2], list)):
+        raise StateRecordError(f"{what} is not [num, members, weights, incarnation]")
     num = _int(x[0], f"{what}'s number")
+    inc = _int(x[3], f"{what}'s incarnation") if len(x) == 4 else 0
     members = tuple(_str(m, f"a member of {what}") for m in x[1])
     weights = tuple(float(w) if type(w) in (int, float) and math.isfinite(w) else math.nan for w in x[2])
     if num == 0 and not members and not weights:
         return NO_VIEW
-    view = View.checked(num, members, weights)
+    view = View.checked(num, members, weights, inc)
     if view is None:
         raise StateRecordError(f"{what} is not a valid view")
     return view

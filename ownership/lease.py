@@ -119,6 +119,7 @@ class LeaseReq:
     reserve: int = 0  # fencing epochs the requester may use up to (``QuorumLease.reserve``)
     num: int = 0  # the number of the requester's stable view
     weights: tuple[float, ...] = ()  # with ``members``
+    inc: int = 0  # with ``members``: the incarnation of that view (``View.inc``)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class LeaseReply:
     #: Granted: the highest epoch reserve this witness granted the requester's id, when above the
     #: one requested (a previous process of the same id: ``QuorumLease.id_reserve``), else 0.
     reserve: int = 0
+    inc: int = 0  # with ``members``: the incarnation of that view
 
 
 @dataclass(frozen=True)
@@ -340,11 +342,14 @@ class QuorumLease:
     def witnesses(self) -> tuple[str, ...]:
         return self.views.witnesses
 
-    def set_stable(self, members: Iterable[str] | Mapping[str, float], now: float | None = None) -> None:
-        """Install the next view directly: the founder's first view, and tests. (Members of a
-        cluster get later views chosen, ``propose``, or learn them.)"""
+    def set_stable(self, members: Iterable[str] | Mapping[str, float], now: float | None = None, *,
+                   inc: int | None = None) -> None:
+        """Install the next view directly: the founder's first view (``inc``: the incarnation it
+        draws), and tests. (Members of a cluster get later views chosen, ``propose``, or learn
+        them.)"""
         weighted = dict(members) if isinstance(members, Mapping) else dict.fromkeys(members, 1.0)
-        self.views.install(View.of(self.num + 1, weighted), self._born if now is None else now)
+        view = View.of(self.num + 1, weighted, self.views.view.inc if inc is None else inc)
+        self.views.install(view, self._born if now is None else now)
 
     def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
         """Propose ``weighted`` as the next stable view (``ownership.views``)."""
@@ -373,9 +378,9 @@ class QuorumLease:
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
-    def _learn(self, num: int, members: tuple[str, ...], weights: tuple[float, ...], now: float) -> None:
+    def _learn(self, num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int, now: float) -> None:
         """A later view, from a reply or a request (members only use chosen views)."""
-        view = View.checked(num, members, weights)
+        view = View.checked(num, members, weights, inc)
         if view is not None:
             self.views.install(view, now)
 
@@ -503,7 +508,7 @@ class QuorumLease:
         for w in targets:
             taught = w in self._teach
             self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0), v.members if taught else (),
-                                   self.reserve, v.num, v.weights if taught else ()), now)
+                                   self.reserve, v.num, v.weights if taught else (), v.inc if taught else 0), now)
 
     def on_reply(self, src: str, r: LeaseReply, now: float) -> None:
         if r.condemned:
@@ -520,7 +525,7 @@ class QuorumLease:
             self._echo.pop(src, None)  # lifted
             self._note_clean(src)
         if r.num > self.num and r.members:
-            self._learn(r.num, r.members, r.weights, now)  # a later view: a step, or a jump (``installs``)
+            self._learn(r.num, r.members, r.weights, r.inc, now)  # a later view: a step, or a jump (``installs``)
             return
         if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
             self._teach.add(src)  # a witness behind us: send it our view
@@ -581,8 +586,9 @@ class QuorumLease:
     # ------------------------------------------------------------------ witness side
 
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
+        self.views.heard(req.inc, now)  # (a restarted witness: the requester is of its history)
         if req.num > self.num and req.members:
-            self._learn(req.num, req.members, req.weights, now)  # the requester is ahead of us
+            self._learn(req.num, req.members, req.weights, req.inc, now)  # the requester is ahead of us
         nonce = self._condemnations.get(src, 0)
         if nonce and req.cleared == nonce:
             del self._condemnations[src]  # it dropped everything after hearing of it
@@ -592,7 +598,7 @@ class QuorumLease:
             self.requests_refused += 1
             ahead = v.num > req.num
             return LeaseReply(req.seq, v.ck, False, nonce, v.members if ahead else (), v.num,
-                              v.weights if ahead else ())
+                              v.weights if ahead else (), inc=v.inc if ahead else 0)
         if nonce or self.views.pending:
             # Condemned; or a successor of this view is accepted here, so no lease under it may
             # be granted any more (``ownership.views``, point 3).

@@ -14,7 +14,9 @@ a member; each could then prove a dead holder stopped and take the same partitio
 owners). Vertical Paxos (Lamport, Malkhi, Zhou, PODC 2009) fixes the same problem for
 configurations: configuration c+1 is decided by configuration c. Here:
 
-1. A view is ``(num, members, weights)``; the founder's first view is number 1.
+1. A view is ``(num, members, weights)``; the founder's first view is number 1. Every view also
+   carries the cluster's incarnation (``View.inc``, drawn by the founder), which only a
+   restarted acceptor reads ("Restarts").
 2. The successor of view n is chosen among the witnesses W(n) of view n by single-decree Paxos
    (Lamport, "Paxos Made Simple", 2001): phase 1 ``Prepare``/``Promise`` with ballots
    ``(round, proposer id)``, phase 2 ``Accept``/``Accepted``; a value is chosen once a quorum
@@ -45,7 +47,10 @@ whenever it changes. A driver that keeps it (``placement --state-dir``; the simu
 and gives it back to the restarted process (``restored``). Such an acceptor keeps its promises
 across the restart, so it votes at once: it installs no view older than the one it held (all
 of them were chosen; a stale proposer is told the restored view), and its promise and
-acceptance for the restored view's successor are those it made. For any later slot it never
+acceptance for the restored view's successor are those it made. It installs the restored view
+again when a member of the same incarnation speaks to it (``heard``): that view was chosen in
+the member's history. Not before: a record left from an earlier cluster of the same name is of
+another incarnation, and would otherwise pull a new cluster onto a view of the old one. For any later slot it never
 promised anything: it would have installed the view before, and written it. A process that
 started without its predecessor's promises (none kept, or lost) is *forgetful* until it may vote
 (below); its record says so, and a restart from such a record waits the quiet time as well.
@@ -97,20 +102,25 @@ class View:
     members: tuple[str, ...]  # sorted
     weights: tuple[float, ...]  # in the order of ``members``
     ck: int
+    #: The cluster incarnation: drawn by the founder for view 1, inherited by every successor
+    #: (0: unknown, a record written before views carried it). Not part of ``ck``: views are
+    #: still ordered and told apart by number and content alone; it only tells a restarted
+    #: witness whether a member it hears from descends from the view it restored ("Restarts").
+    inc: int = 0
 
     @staticmethod
-    def of(num: int, weighted: Mapping[str, float]) -> View:
+    def of(num: int, weighted: Mapping[str, float], inc: int = 0) -> View:
         members = tuple(sorted(weighted))
         weights = tuple(float(weighted[m]) for m in members)
-        return View(num, members, weights, view_checksum(num, members, weights))
+        return View(num, members, weights, view_checksum(num, members, weights), inc)
 
     @staticmethod
-    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> View | None:
+    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int = 0) -> View | None:
         """A view from a message, or None if its parts do not form one."""
         if (num < 1 or not members or len(members) != len(weights) or list(members) != sorted(set(members))
                 or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)):
             return None
-        return View(num, members, weights, view_checksum(num, members, weights))
+        return View(num, members, weights, view_checksum(num, members, weights), inc)
 
     def weighted(self) -> dict[str, float]:
         return dict(zip(self.members, self.weights))
@@ -138,6 +148,7 @@ class Prepare:
     slot: int  # the view number being chosen
     rnd: int
     base: int  # checksum of view slot - 1, as the proposer holds it
+    inc: int = 0  # the incarnation of that view
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,7 @@ class Promise:
     acc_by: str = ""
     members: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
+    inc: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,7 @@ class Accept:
     base: int
     members: tuple[str, ...]
     weights: tuple[float, ...]
+    inc: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,6 +188,7 @@ class Decided:
     num: int
     members: tuple[str, ...]
     weights: tuple[float, ...]
+    inc: int = 0
 
 
 ViewMessage = Prepare | Promise | Accept | Accepted | Decided
@@ -234,6 +248,9 @@ class StableViews:
         #: The latest view refused for being older than the restored one (0: none): the others
         #: are behind, or the restored state is from an earlier cluster of the same name.
         self.older_refused = 0
+        #: An incarnation other than the restored view's, heard while that view is not installed
+        #: again (0: none): the record is from an earlier cluster of the same name (``heard``).
+        self.foreign_inc = 0
 
     def durable_state(self) -> AcceptorState:
         """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
@@ -279,7 +296,7 @@ class StableViews:
         if not base.members:
             return
         p = self._proposal
-        own = View.of(base.num + 1, weighted)
+        own = View.of(base.num + 1, weighted, base.inc)
         if p is not None and p.slot == base.num + 1 and p.own.ck == own.ck:
             return
         # A new value for a slot under way (this member's view changed since it proposed) starts
@@ -324,11 +341,11 @@ class StableViews:
         p.next_send = now + self.resend_s
         for w in p.witnesses:
             if p.phase == 1 and w not in p.promises:
-                self._send(w, Prepare(p.slot, p.rnd, p.base.ck))
+                self._send(w, Prepare(p.slot, p.rnd, p.base.ck, p.base.inc))
             elif p.phase == 2 and w not in p.accepted:
                 v = p.value
                 assert v is not None
-                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights))
+                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc))
 
     def next_time(self) -> float:
         p = self._proposal
@@ -343,7 +360,7 @@ class StableViews:
             return
         if m.rnd != p.rnd or p.phase != 1:
             return
-        prior = View.checked(m.slot, m.members, m.weights) if m.acc_rnd else None
+        prior = View.checked(m.slot, m.members, m.weights, m.inc) if m.acc_rnd else None
         p.promises[src] = ((m.acc_rnd, m.acc_by), prior)
         if is_quorum(p.promises, p.witnesses):
             # Paxos: the value accepted in the highest ballot, if any, else our own.
@@ -367,19 +384,19 @@ class StableViews:
             if chosen.ck != p.own.ck:
                 self.superseded = p.own
             for m_id in sorted(tell):
-                self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights))
+                self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights, chosen.inc))
 
     # ------------------------------------------------------------------ acceptor
 
     def _decided(self) -> Decided:
         v = self.view
-        return Decided(v.num, v.members, v.weights)
+        return Decided(v.num, v.members, v.weights, v.inc)
 
     def _on_prepare(self, src: str, m: Prepare, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()  # chosen already: the proposer is behind
         if self._restored is not None:
-            return self._restored_answer(m.slot)
+            return self._restored_answer(m.slot, m.inc)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None  # behind (a request will teach us the view), or just restarted
         self._voting()
@@ -391,18 +408,18 @@ class StableViews:
         if self._accepted is None:
             return Promise(m.slot, m.rnd, True)
         (acc_rnd, acc_by), v = self._accepted
-        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights)
+        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights, v.inc)
 
     def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
             return self._decided()
         if self._restored is not None:
-            return self._restored_answer(m.slot)
+            return self._restored_answer(m.slot, m.inc)
         if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
             return None
         self._voting()
         ballot = (m.rnd, src)
-        value = View.checked(m.slot, m.members, m.weights)
+        value = View.checked(m.slot, m.members, m.weights, m.inc)
         if value is None:
             return None
         if ballot < self._promised:
@@ -417,16 +434,42 @@ class StableViews:
             self._forgetful = False
             self.durable_changes += 1
 
-    def _restored_answer(self, slot: int) -> ViewMessage | None:
+    def _restored_answer(self, slot: int, inc: int) -> ViewMessage | None:
         """A restarted acceptor that has not installed a view since: the view it held was
-        chosen, and so was every view before it, so a proposer for one of those slots is told
-        that view. For later slots it waits until it learns the view they follow."""
+        chosen, and so was every view before it, so a proposer of the same incarnation for one
+        of those slots is told that view (``heard`` has installed it by then, unless the
+        record predates incarnations). For later slots it waits until it learns the view they
+        follow. A proposer of another incarnation (a cluster founded anew under the same name)
+        is told nothing: the restored view is not of its history."""
         r = self._restored
         assert r is not None
-        return Decided(r.view.num, r.view.members, r.view.weights) if slot <= r.view.num else None
+        if slot > r.view.num or (inc and r.view.inc and inc != r.view.inc):
+            return None
+        return Decided(r.view.num, r.view.members, r.view.weights, r.view.inc)
+
+    def heard(self, inc: int, now: float) -> None:
+        """A member whose stable view is of incarnation ``inc`` spoke to this acceptor. If that
+        is the incarnation of the view this acceptor restored and has not installed again, the
+        restored view is installed now: it was chosen (its previous process installed it), in
+        this cluster's history, so installing it is what learning it from a ``Decided`` would
+        do. Waiting instead to be taught a view that new stalled whole clusters whose other
+        members were behind it (fuzz --wide --durable-state seeds 229, 275, 277, 701, 728,
+        755: a witness that was alone a quorum chose a view of itself alone, then restarted).
+        Not at start: a record left from an earlier cluster of the same name would then pull a
+        new cluster onto a view of the old one; the incarnation tells them apart
+        (``foreign_inc``: the latest other incarnation heard, for the driver's log)."""
+        r = self._restored
+        if r is None or not inc or not r.view.inc:
+            return
+        if inc != r.view.inc:
+            self.foreign_inc = inc
+            return
+        self.install(r.view, now)
 
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""
+        if isinstance(msg, (Prepare, Accept, Decided)):
+            self.heard(msg.inc, now)
         if isinstance(msg, Prepare):
             return self._on_prepare(src, msg, now)
         if isinstance(msg, Accept):
@@ -436,7 +479,7 @@ class StableViews:
         elif isinstance(msg, Accepted):
             self._on_accepted(src, msg, now)
         else:
-            view = View.checked(msg.num, msg.members, msg.weights)
+            view = View.checked(msg.num, msg.members, msg.weights, msg.inc)
             if view is not None:
                 self.install(view, now)
         return None

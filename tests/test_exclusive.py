@@ -282,6 +282,23 @@ def test_witnesses_that_keep_their_promises_keep_epochs_rising(seed: int) -> Non
     assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
 
 
+#: Wide schedules with persisted witness state that stalled whole clusters: a witness, alone a
+#: quorum of its view's witnesses by the tie-break, got a view of itself alone chosen and
+#: restarted before anyone learned it; it then waited to be taught a view that new, which nobody
+#: could (ownership.views, ``StableViews.heard``).
+STALLED_ON_A_RESTORED_VIEW_SEEDS = (229, 275, 277, 701, 728, 755)
+
+
+@pytest.mark.parametrize("seed", STALLED_ON_A_RESTORED_VIEW_SEEDS)
+def test_a_witness_that_restored_a_view_nobody_else_knows_lets_the_cluster_go_on(seed: int) -> None:
+    from simulations.fuzz_ownership import JUDGE_AFTER_S, run
+
+    r = run(seed, duration_s=180, wide=True, durable_state=True)
+    assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
+    assert 180 - r["settled_at"] >= JUDGE_AFTER_S and r["quorum_at_end"]
+    assert r["unowned_at_end"] == 0, (seed, r["nodes"], r["schedule"])
+
+
 def test_a_split_keeps_exactly_one_side_owning() -> None:
     r = run_scenario("split", nodes=8, duration_s=40, seed=3, partitions=128, system="swim-exclusive",
                      params={"split_s": 20.0})

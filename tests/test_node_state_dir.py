@@ -104,16 +104,19 @@ def test_a_state_dir_needs_exclusive_ownership(tmp_path: Path) -> None:
         config("n1", ownership="available", state_dir=str(tmp_path))
 
 
+@pytest.mark.parametrize(("inc", "said"), [
+    (0x01D, "holds stable view 50 of an earlier cluster named 'placement' (incarnation 1d"),
+    (0, "holds stable view 50, but the cluster offers view"),  # a record without incarnations
+])
 def test_a_state_file_from_an_earlier_cluster_of_the_same_name_is_reported(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    old = WitnessState(AcceptorState(View.of(50, {"n1": 1.0, "n2": 1.0}), (0, ""), None))
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, inc: int, said: str) -> None:
+    old = WitnessState(AcceptorState(View.of(50, {"n1": 1.0, "n2": 1.0}, inc), (0, ""), None))
     StateFile(str(tmp_path), cluster="placement", node="n2").save(old)
 
     async def run() -> None:
         first = await Node(config("n1")).start()
         second = await Node(config("n2", join=[first.member.bound], state_dir=str(tmp_path))).start()
-        await eventually(lambda: "holds stable view 50, but the cluster offers view" in caplog.text,
-                         what="the error about a state file from an earlier cluster")
+        await eventually(lambda: said in caplog.text, what="the error about a state file from an earlier cluster")
         assert _view_num(second) == 0  # it installs none of the new cluster's views
         second.close()
         await first.leave()

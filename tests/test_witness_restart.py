@@ -179,6 +179,57 @@ def test_a_restarted_witness_counts_the_older_views_it_refuses() -> None:
     assert w.older_refused == 1 and w.view.num == 0
 
 
+INC = 0x1CE
+FIRST_I = View.of(1, dict.fromkeys(MEMBERS, 1.0), INC)
+ALONE = View.of(2, {W1: 1.0}, INC)  # W1 alone: a view the others never learned (below)
+
+
+def test_a_restarted_witness_installs_its_view_when_a_member_of_its_cluster_is_behind_it() -> None:
+    """Fuzz --wide --durable-state seed 275's shape: W1, a quorum of view 1's witnesses by the
+    tie-break, got a view of itself alone chosen, then restarted before anyone learned it. The
+    others, still at view 1, ask it to choose view 2 again; it tells them the view it restored,
+    and installs that view itself (it was chosen, in their history: the same incarnation), so
+    it can take part in choosing view 3. It used to wait for someone to teach it a view that
+    new, which nobody could: the whole cluster stalled."""
+    installed: list[View] = []
+    w = _acceptor(W1, restored=AcceptorState(ALONE, (0, ""), None), installed=installed)
+    reply = w.receive("p1", Prepare(2, 1, FIRST_I.ck, INC), 1.0)
+    assert reply == Decided(2, ALONE.members, ALONE.weights, INC)
+    assert w.view == ALONE and installed == [ALONE]
+    # p1 learned view 2 from that answer and proposes view 3, W1 being view 2's only witness:
+    assert w.receive("p1", Prepare(3, 1, ALONE.ck, INC), 1.1) == Promise(3, 1, True)
+
+
+def test_a_restarted_witness_installs_its_view_on_a_lease_request_of_its_cluster() -> None:
+    w = _lease(W1, restored=WitnessState(AcceptorState(ALONE, (0, ""), None)))
+    behind = w.on_request("d", LeaseReq(1, 1, FIRST_I.ck, members=FIRST_I.members, num=1,
+                                        weights=FIRST_I.weights, inc=INC), 1.0)
+    assert w.views.view == ALONE
+    assert not behind.granted and (behind.num, behind.members, behind.inc) == (2, ALONE.members, INC)  # taught
+
+
+def test_a_restarted_witness_keeps_out_of_a_cluster_founded_anew_under_its_name() -> None:
+    """A record left from an earlier cluster of the same name: its view is not of the new
+    cluster's history (another incarnation), so the witness neither installs nor tells it;
+    ``foreign_inc`` lets the driver log what to do (delete the file)."""
+    installed: list[View] = []
+    w = _acceptor(W1, restored=AcceptorState(ALONE, (0, ""), None), installed=installed)
+    assert w.receive("p1", Prepare(2, 1, FIRST_I.ck, INC + 1), 1.0) is None
+    assert w.receive("p1", Decided(1, FIRST_I.members, FIRST_I.weights, INC + 1), 1.1) is None
+    assert installed == [] and w.view.num == 0 and w.foreign_inc == INC + 1
+
+
+def test_a_restarted_witness_of_a_record_without_incarnation_waits_to_be_taught() -> None:
+    """A record written before views carried their incarnation (0): as before, the witness
+    installs nothing older than its view and waits to learn a view at least as late."""
+    old = View.of(2, {W1: 1.0})
+    w = _acceptor(W1, restored=AcceptorState(old, (0, ""), None))
+    assert w.receive("p1", Prepare(2, 1, FIRST_I.ck, INC), 1.0) == Decided(2, old.members, old.weights, 0)
+    assert w.view.num == 0 and w.foreign_inc == 0
+    assert w.receive("p1", Decided(2, old.members, old.weights, INC), 1.1) is None
+    assert w.view.num == 2  # taught
+
+
 def test_a_witness_that_forgot_stays_forgetful_in_its_record_until_it_may_vote() -> None:
     """A restart whose state was lost (no file: ``AcceptorState.forgetful``) waits the quiet
     time; if it restarts again before voting, the record it wrote says so, and the next

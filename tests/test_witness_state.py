@@ -3,9 +3,13 @@ every bad file gives the documented error or fallback, never a state it did not 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +19,8 @@ from ownership.views import AcceptorState, View
 from placement.errors import InvalidConfigError
 from placement.service.witness_state import FILE_NAME, StateFile
 
-VIEW = View.of(7, {"a": 1.0, "b": 0.0, "c": 2.5})
-NEXT = View.of(8, {"a": 1.0, "c": 2.5})
+VIEW = View.of(7, {"a": 1.0, "b": 0.0, "c": 2.5}, inc=0x5EED)
+NEXT = View.of(8, {"a": 1.0, "c": 2.5}, inc=0x5EED)
 STATE = WitnessState(AcceptorState(VIEW, (4, "c"), ((3, "a"), NEXT)), {"a": 1 << 17, "c": 1 << 16}, {"b": 5}, 9)
 DATA = encode(STATE, cluster="prod", node="a")
 
@@ -25,6 +29,25 @@ def test_a_record_round_trips() -> None:
     assert decode(DATA, cluster="prod", node="a") == STATE
     empty = WitnessState()
     assert decode(encode(empty, cluster="prod", node="a"), cluster="prod", node="a") == empty
+
+
+def _resealed(change: Callable[[dict[str, Any]], None]) -> bytes:
+    """``DATA`` with its body changed by ``change`` and sealed again (a writer's doing, not a disk's)."""
+    doc = json.loads(DATA[DATA.index(b"\n") + 1:])
+    change(doc)
+    body = json.dumps(doc).encode()
+    return b"placement-witness-state 1 %d %s\n" % (len(body), hashlib.sha256(body).hexdigest().encode()) + body
+
+
+def test_a_record_written_before_views_carried_their_incarnation_reads_as_unknown() -> None:
+    def drop_incarnations(doc: dict[str, Any]) -> None:
+        del doc["state"]["view"][3], doc["state"]["accepted"][2][3]
+
+    state = decode(_resealed(drop_incarnations), cluster="prod", node="a")
+    view = state.views.view
+    assert (view.num, view.members, view.weights, view.ck, view.inc) == (7, VIEW.members, VIEW.weights, VIEW.ck, 0)
+    assert state.views.accepted is not None
+    assert state.views.accepted[1].inc == 0 and state.views.accepted[1].ck == NEXT.ck
 
 
 def test_a_record_truncated_at_any_length_is_refused() -> None:
@@ -66,15 +89,11 @@ def test_a_record_of_another_node_cluster_or_version_is_refused() -> None:
 
 def test_a_well_sealed_record_with_bad_values_is_refused() -> None:
     # The checksum matches (a writer's bug, not a disk's): the values are checked too.
-    import hashlib
-    import json
+    def not_following(doc: dict[str, Any]) -> None:
+        doc["state"]["accepted"][2][0] = 9  # accepted a value that does not follow view 7
 
-    doc = json.loads(DATA[DATA.index(b"\n") + 1:])
-    doc["state"]["accepted"][2][0] = 9  # accepted a value that does not follow view 7
-    body = json.dumps(doc).encode()
-    data = b"placement-witness-state 1 %d %s\n" % (len(body), hashlib.sha256(body).hexdigest().encode()) + body
     with pytest.raises(StateRecordError, match="does not follow"):
-        decode(data, cluster="prod", node="a")
+        decode(_resealed(not_following), cluster="prod", node="a")
 
 
 def test_a_missing_file_is_a_first_start_and_writes_an_empty_record(tmp_path: Path,

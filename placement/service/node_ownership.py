@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -102,14 +103,17 @@ class ExclusiveRunner:
         self._table: PlacementTable | None = None
         self._table_view: dict[str, float] = {}
         self._hooks = hooks
+        # A founder draws the cluster's incarnation (``ownership.views.View.inc``): a cluster
+        # founded anew under the same name is then told apart from the old one.
         self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
-                             restored=restored)
+                             restored=restored, incarnation=secrets.randbits(61) + 1)
         #: ``--state-dir``: the witness's promises are written there before anything produced
         #: after a change is sent (``placement.service.witness_state``).
         self._state_file = state_file
         self._saved_changes = self.own.lease.durable_changes
         self.state_write_errors = 0
         self._older_told = 0
+        self._foreign_told = 0
         self._grants: dict[int, Grant] = {}
         self.holding = Holding()
         # Actions not yet carried out: they wait for one ``holding`` rebuild per loop iteration
@@ -258,13 +262,20 @@ class ExclusiveRunner:
                            "until it can", self._state_file.path, exc.strerror or exc)
                 by_dst = {}
         views = own.lease.views
-        if views.older_refused > self._older_told and not views.view.members and self._state_file is not None:
+        if views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None:
+            self._foreign_told = views.foreign_inc
+            restored = views.durable_state().view
+            _log.error("--state-dir %s holds stable view %d of an earlier cluster named %r (incarnation %x; the "
+                       "members heard from are of incarnation %x): it takes no part in this cluster. Stop this "
+                       "node and delete the file (it forgets the old cluster's promises)", self._state_file.path,
+                       restored.num, self._cluster, restored.inc, views.foreign_inc)
+        elif views.older_refused > self._older_told and not views.view.members and self._state_file is not None:
             self._older_told = views.older_refused
-            restored = views.durable_state().view.num
+            restored_num = views.durable_state().view.num
             _log.error("--state-dir %s holds stable view %d, but the cluster offers view %d: this member keeps "
                        "no view older than one it held. If the cluster was created anew under the same name, "
                        "this file is from the old one: stop this node and delete the file (it forgets those "
-                       "promises)", self._state_file.path, restored, views.older_refused)
+                       "promises)", self._state_file.path, restored_num, views.older_refused)
         if by_dst:
             core = self._member.core
             for dst, msgs in by_dst.items():
