@@ -41,6 +41,10 @@ class ExclusiveConfig:
     #: Bound on the relative clock *rate* difference between members (1e-3 = 1 ms/s; quartz
     #: oscillators are specified at 20-100 ppm). No synchronised wall clock is assumed.
     max_drift: float = 1e-3
+    #: Ids of the members that may choose the cluster's first stable view when nobody founds it
+    #: (every member started with ``--join``, as in a StatefulSet): the same on every member
+    #: (``ownership.views``, "genesis"). Empty: a member without seeds founds the cluster.
+    bootstrap: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "lease_s", "renew_s",
@@ -52,6 +56,9 @@ class ExclusiveConfig:
             raise ValueError(f"max_drift must be in [0, 0.1), got {self.max_drift!r}")
         if type(self.witnesses) is not int or not 1 <= self.witnesses <= 15:
             raise ValueError(f"witnesses must be an integer in 1..15, got {self.witnesses!r}")
+        if not (isinstance(self.bootstrap, tuple) and all(isinstance(m, str) and m for m in self.bootstrap)
+                and len(set(self.bootstrap)) == len(self.bootstrap)):
+            raise ValueError(f"bootstrap must be distinct member ids, got {self.bootstrap!r}")
         if self.renew_s + self.fence_drain_s >= self.lease_s:
             raise ValueError("need renew_s + fence_drain_s < lease_s, or a healthy member would fence "
                              "itself between two renewals")

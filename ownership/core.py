@@ -101,6 +101,7 @@ from .messages import (
     Redirect,
     Release,
 )
+from .views import View
 
 __all__ = ["Ownership", "Counters"]
 
@@ -177,9 +178,14 @@ class Ownership:
         self._tables = tables
         # A process that did not found the cluster may be a restart that forgot what it
         # promised as a witness: it takes no part in choosing views for a while.
+        genesis = View.of(0, dict.fromkeys(config.bootstrap, 1.0)) if config.bootstrap and not founder else None
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now,
-                                 quiet_s=0.0 if founder else 2 * config.lease_s, restored=restored)
+                                 quiet_s=0.0 if founder else 2 * config.lease_s, restored=restored, genesis=genesis)
+        #: The incarnation a view this member founds or bootstraps carries (``View.inc``): the
+        #: driver draws it at random; without one (the simulator, tests) it is a function of the
+        #: member's id and start.
+        self._incarnation = incarnation if incarnation else 1 + zlib.crc32(f"{me}@{now!r}".encode())
         self.view: dict[str, float] = {me: 0.0}
         #: No acquisition other than by note before then (rule 9): every ownership that could
         #: still exist under an older view has ended by then.
@@ -242,10 +248,7 @@ class Ownership:
         if founder:
             # With the founder's own weight: a weight-0 founder (a witness) owns nothing even
             # in its first view.
-            # The cluster's incarnation (``View.inc``): the driver draws it at random; without
-            # one (the simulator, tests) it is a function of the founder's id and start.
-            inc = incarnation if incarnation else 1 + zlib.crc32(f"{me}@{now!r}".encode())
-            self.lease.set_stable({me: weight}, now, inc=inc)
+            self.lease.set_stable({me: weight}, now, inc=self._incarnation)
             self.lease.installs.clear()
             self._create_after = now  # nobody existed before the founder's first view
             # Its first round (to itself) confirms a reserve for its first creations (rule 8).
@@ -454,6 +457,7 @@ class Ownership:
         self._quiet_until = -math.inf  # until ``get_timer`` says otherwise, after this pass
         lease.tick(now)
         self._maybe_propose(now)
+        self._maybe_bootstrap(now)
         for ins in lease.installs:
             self._installed(ins, now)
         lease.installs.clear()
@@ -558,6 +562,21 @@ class Ownership:
         if lease.help_choose or (settled and self.view != stable and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank())
+
+    def _maybe_bootstrap(self, now: float) -> None:
+        """Without a founder (``ExclusiveConfig.bootstrap``): before any stable view, propose the
+        view as the first one, chosen by the witnesses of the genesis like any successor, once it
+        settled (``stable_after_s``, nobody suspect) and holds a quorum of those witnesses. A
+        member of a running cluster (a restart, a new member) is told that cluster's view instead
+        by any of them (``StableViews._on_prepare``: the slot was chosen)."""
+        genesis = self.lease.views.genesis
+        if genesis is None or self.lease.num or self.leaving or self.suspects:
+            return
+        if now - self._view_changed_at < self.config.stable_after_s:
+            return
+        witnesses = witnesses_of(genesis.members, self.config.witnesses)
+        if is_quorum(self.view.keys() & set(witnesses), witnesses):
+            self.lease.propose(self.view, now, self._rank(), inc=self._incarnation)
 
     def _rank(self) -> int:
         """Back-off order of competing proposers: this member's place in the witness ranking."""

@@ -221,7 +221,7 @@ class QuorumLease:
 
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
                  max_drift: float, now: float, quiet_s: float = 0.0,
-                 restored: WitnessState | None = None) -> None:
+                 restored: WitnessState | None = None, genesis: View | None = None) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
@@ -234,8 +234,13 @@ class QuorumLease:
         #: ``restored`` (what its previous process promised, kept by the driver): no quiet time.
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed,
-                                 restored=None if restored is None else restored.views)
+                                 restored=None if restored is None else restored.views, genesis=genesis)
         self._quiet_s = quiet_s if restored is None or restored.views.forgetful else 0.0
+        if genesis is not None:
+            # A witness of the genesis may be a restart whose cluster chose view 1 long ago: it
+            # votes for a first view only after the quiet time, as any restart (a running cluster
+            # teaches it its view meanwhile). Having voted, it is not quiet again in view 1.
+            self.views.quiet_until = now + self._quiet_s
         #: Views installed and not yet acted on by the owner (``ownership.core``).
         self.installs: list[Install] = []
         self.learned_at = now  # when the installed view was learned
@@ -351,14 +356,15 @@ class QuorumLease:
         view = View.of(self.num + 1, weighted, self.views.view.inc if inc is None else inc)
         self.views.install(view, self._born if now is None else now)
 
-    def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
-        """Propose ``weighted`` as the next stable view (``ownership.views``)."""
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0) -> None:
+        """Propose ``weighted`` as the next stable view (``ownership.views``; ``inc``: the
+        incarnation of a first view chosen from the genesis)."""
         self.help_choose = False
-        self.views.propose(weighted, now, rank)
+        self.views.propose(weighted, now, rank, inc=inc)
         self._flush_self(now)
 
     def _installed(self, old: View, new: View, now: float) -> None:
-        if old.num == 0 and self.me in new.members and self._quiet_s > 0:
+        if old.num == 0 and self.me in new.members and self._quiet_s > 0 and self.views.forgetful:
             self.views.quiet_until = now + self._quiet_s  # a restart (above)
         stepped = old.num > 0 and new.num == old.num + 1
         carried = stepped and self.valid(now) and self.lease_num == old.num

@@ -219,8 +219,13 @@ class StableViews:
     def __init__(self, me: str, *, witnesses: int, resend_s: float, quiet_until: float,
                  send: Callable[[str, ViewMessage], None],
                  on_install: Callable[[View, View, float], None],
-                 restored: AcceptorState | None = None) -> None:
+                 restored: AcceptorState | None = None, genesis: View | None = None) -> None:
         self.me = me
+        #: Bootstrap without a founder: the members allowed to choose the first view, as a view
+        #: numbered 0 that every such member is configured with (``Ownership``'s ``bootstrap``).
+        #: View 1 is then chosen like any successor, by a quorum of its witnesses: one first view,
+        #: whatever the order the members start in or the splits between them.
+        self.genesis = genesis
         self.k = witnesses
         self.resend_s = resend_s
         self.quiet_until = quiet_until
@@ -260,6 +265,11 @@ class StableViews:
         return AcceptorState(self.view, self._promised, self._accepted, self._forgetful)
 
     @property
+    def forgetful(self) -> bool:
+        """Started without its predecessor's promises and not voted since."""
+        return self._forgetful
+
+    @property
     def pending(self) -> bool:
         """This witness accepted a successor of its view (chosen or not): it grants no more
         leases under the view (module docstring, point 3)."""
@@ -289,14 +299,20 @@ class StableViews:
 
     # ------------------------------------------------------------------ proposer
 
-    def propose(self, weighted: Mapping[str, float], now: float, rank: int) -> None:
+    def _base(self) -> View:
+        """The view whose successor this member helps choose: the installed one, or before any,
+        the genesis (bootstrap)."""
+        return self.view if self.view.num or self.genesis is None else self.genesis
+
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0) -> None:
         """Propose ``weighted`` as the successor of the installed view (idempotent while an
-        attempt for that slot is under way). ``rank`` orders competing proposers' back-off."""
-        base = self.view
+        attempt for that slot is under way). ``rank`` orders competing proposers' back-off.
+        ``inc``: the incarnation a first view chosen from the genesis would carry."""
+        base = self._base()
         if not base.members:
             return
         p = self._proposal
-        own = View.of(base.num + 1, weighted, base.inc)
+        own = View.of(base.num + 1, weighted, base.inc if base.num else inc)
         if p is not None and p.slot == base.num + 1 and p.own.ck == own.ck:
             return
         # A new value for a slot under way (this member's view changed since it proposed) starts
@@ -306,7 +322,8 @@ class StableViews:
         self._round_seen += 1
         if p is not None and p.slot == base.num + 1:
             self._round_seen = max(self._round_seen, p.rnd + 1)
-        self._proposal = _Proposal(base.num + 1, base, self.witnesses, self._round_seen, own, rank=rank)
+        witnesses = self.witnesses if base.num else witnesses_of(base.members, self.k)
+        self._proposal = _Proposal(base.num + 1, base, witnesses, self._round_seen, own, rank=rank)
         self._start(now)
 
     def withdraw(self, weighted: Mapping[str, float]) -> None:
@@ -397,7 +414,8 @@ class StableViews:
             return self._decided()  # chosen already: the proposer is behind
         if self._restored is not None:
             return self._restored_answer(m.slot, m.inc)
-        if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
+        base = self._base()
+        if m.slot != base.num + 1 or m.base != base.ck or now < self.quiet_until:
             return None  # behind (a request will teach us the view), or just restarted
         self._voting()
         ballot = (m.rnd, src)
@@ -415,7 +433,8 @@ class StableViews:
             return self._decided()
         if self._restored is not None:
             return self._restored_answer(m.slot, m.inc)
-        if m.slot != self.view.num + 1 or m.base != self.view.ck or now < self.quiet_until:
+        base = self._base()
+        if m.slot != base.num + 1 or m.base != base.ck or now < self.quiet_until:
             return None
         self._voting()
         ballot = (m.rnd, src)

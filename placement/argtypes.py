@@ -147,6 +147,14 @@ def member_id(text: str) -> str:
     return text
 
 
+def member_ids(text: str) -> tuple[str, ...]:
+    """Comma-separated member ids (each as ``member_id``), in order, without repeats."""
+    ids = tuple(dict.fromkeys(part.strip() for part in text.split(",")))
+    if not ids or not all(ids):
+        raise _bad("comma-separated member ids, e.g. n1,n2,n3", text)
+    return tuple(member_id(i) for i in ids)
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise _bad("a non-empty string", text)

@@ -221,6 +221,12 @@ README_NODES = (
     "placement node --id n2 --gossip 127.0.0.1:7002 --http 127.0.0.1:8002 --join 127.0.0.1:7001 --weight 2",
     "placement witness --id w1 --gossip 127.0.0.1:7003 --http 127.0.0.1:8003 --join 127.0.0.1:7001",
 )
+#: README, "Forming a cluster": every member with --join and the same --bootstrap list.
+README_BOOTSTRAP = (
+    "placement node --id n1 --gossip 127.0.0.1:7001 --http 127.0.0.1:8001 --join 127.0.0.1:7002 --bootstrap n1,n2,n3",
+    "placement node --id n2 --gossip 127.0.0.1:7002 --http 127.0.0.1:8002 --join 127.0.0.1:7001 --bootstrap n1,n2,n3",
+    "placement node --id n3 --gossip 127.0.0.1:7003 --http 127.0.0.1:8003 --join 127.0.0.1:7001 --bootstrap n1,n2,n3",
+)
 
 _STANDALONE = ("tests/test_spark_standalone.py::test_output_mode_on_executors_python_fallback_is_said",
                "tests/test_spark_standalone.py::test_deliver_mode_uses_the_jvm_key_hash_on_executors",
@@ -326,7 +332,7 @@ NOT_RUN: dict[str, str] = {
 
 def test_every_documented_command_is_run_or_covered():
     documented = documented_commands()
-    ways = [set(FAST), set(MAKE_RUN), set(README_NODES), set(COVERED), set(NOT_RUN)]
+    ways = [set(FAST), set(MAKE_RUN), set(README_NODES), set(README_BOOTSTRAP), set(COVERED), set(NOT_RUN)]
     checked = set().union(*ways)
     assert sum(map(len, ways)) == len(checked), "a command is listed twice"
     missing = {c: where for c, where in documented.items() if c not in checked}
@@ -647,6 +653,38 @@ def test_ctrl_c_stops_make_run_with_every_node_leaving(make_run):
 
 # ----- README, "Running nodes" ---------------------------------------------------------------
 @pytest.mark.slow
+def test_readme_bootstrap_nodes_form_a_cluster_and_a_restart_rejoins_it(home):
+    """"Forming a cluster": no founder; view 1 chosen by the listed members, every partition owned
+    once; n1 killed and started again with its command is told the running view (it does not
+    choose another), and owns its share again."""
+    gossip, http = free_blocks(2)
+    commands = [on_ports(c, gossip, http) for c in README_BOOTSTRAP]
+    urls = [f"http://127.0.0.1:{http + i}" for i in range(3)]
+
+    def ownership() -> list[dict]:
+        return [httpx.get(u + "/v1/ownership", timeout=2).json() for u in urls]
+
+    def owned_once() -> bool:
+        owned = [set(o["owned"]) for o in ownership()]
+        return sum(map(len, owned)) == 4096 and len(set().union(*owned)) == 4096
+
+    procs = [start(home, c, home / f"b{i + 1}.out") for i, c in enumerate(commands)]
+    try:
+        poll(lambda: all(httpx.get(u + "/healthz", timeout=2).status_code == 200 for u in urls), 30, "nodes up")
+        poll(owned_once, 90, "every partition owned once")
+        assert {o["stable_view"] for o in ownership()} == {1}
+        kill_session(procs[0])  # kill -9
+        procs[0] = start(home, commands[0], home / "b1-again.out")
+        poll(lambda: httpx.get(urls[0] + "/v1/ownership", timeout=2).json()["owned"] != [] and owned_once(), 90,
+             "n1 owning its share again")
+        assert {o["stable_view"] for o in ownership()} == {1}  # the running view: no second first view
+    finally:
+        for proc in procs:
+            kill_session(proc)
+
+
+
+@pytest.mark.slow
 def test_readme_nodes_run_as_written(home):
     gossip, http = free_blocks(2)
     procs = []
@@ -668,6 +706,7 @@ def test_readme_nodes_run_as_written(home):
         for i, name in ((1, "n1"), (2, "n2"), (3, "w1")):
             assert f"[{name}] stopped" in (home / f"n{i}.out").read_text()
         assert "stops all work" in (home / "n1.out").read_text()  # logged while n1 and n2 were alone
+        assert "founded a new cluster 'placement' (no --join)" in (home / "n1.out").read_text()
     finally:
         for proc in procs:
             kill_session(proc)

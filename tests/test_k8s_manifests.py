@@ -262,6 +262,16 @@ def test_the_seeds_are_the_headless_service_by_dns():
     assert [str(s) for s in config.join] == [env["PLACEMENT_JOIN"]]
 
 
+def test_the_pods_bootstrap_the_cluster_without_a_founder():
+    """Every pod has --join (the Service), so none founds the cluster: without --bootstrap they
+    never choose a first view and own nothing (README, "Forming a cluster"). The list names pods
+    the StatefulSet runs, a majority of them enough to choose."""
+    env = pod_environment()
+    config, _ = config_from_args(build_parser().parse_args(container()["args"]), env)
+    pods = {f"placement-{i}" for i in range(resources()["StatefulSet/placement"]["spec"]["replicas"])}
+    assert config.join and len(config.exclusive.bootstrap) >= 3 and set(config.exclusive.bootstrap) <= pods
+
+
 def _free_port(kind: int) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))

@@ -20,17 +20,19 @@ class Net:
     """StableViews of every member wired through one queue that a seeded random schedule
     delivers out of order, drops and duplicates."""
 
-    def __init__(self, seed: int, loss: float, dup: float, witnesses: int = 3) -> None:
+    def __init__(self, seed: int, loss: float, dup: float, witnesses: int = 3, genesis: View | None = None) -> None:
+        """``genesis``: no first view installed; the members bootstrap one from it."""
         self.rng = random.Random(seed)
         self.loss, self.dup = loss, dup
         self.queue: list[tuple[str, str, ViewMessage]] = []
         self.installed: dict[str, list[View]] = {m: [] for m in MEMBERS}
         self.nodes = {m: StableViews(m, witnesses=witnesses, resend_s=0.5, quiet_until=0.0,
-                                     send=self._sender(m), on_install=self._installer(m))
+                                     send=self._sender(m), on_install=self._installer(m), genesis=genesis)
                       for m in MEMBERS}
-        first = View.of(1, dict.fromkeys(MEMBERS, 1.0))
-        for n in self.nodes.values():
-            n.install(first, 0.0)
+        if genesis is None:
+            first = View.of(1, dict.fromkeys(MEMBERS, 1.0))
+            for n in self.nodes.values():
+                n.install(first, 0.0)
 
     def _sender(self, src: str) -> Callable[[str, ViewMessage], None]:
         return lambda dst, msg: self.queue.append((src, dst, msg))

@@ -329,6 +329,12 @@ class Node:
         self._on_event(None, await self._thread.start(self._open))
         if self.security_warning is not None:  # (once the node runs: not for one that failed to bind)
             _log.warning("%s", self.security_warning)
+        if not c.join and c.ownership == "exclusive":
+            # A founder owns every partition at once, under a view of its own: the same command
+            # run again while its cluster runs would found a second cluster beside the first.
+            _survival_log.info("founded a new cluster %r (no --join). To restart this node while the cluster runs, "
+                      "start it with --join to a running member, or start every member with --join and "
+                      "--bootstrap (README, \"Forming a cluster\")", c.cluster)
         if self.joined:
             self._join_settled.set()
         return self

@@ -62,6 +62,10 @@ NODE_FLAGS = (
     _NodeFlag("--http", argtypes.host_port, ("127.0.0.1", 8001), "HTTP bind HOST:PORT (default 127.0.0.1:8001)"),
     _NodeFlag("--join", argtypes.seed, [], "seed HOST:PORT, or dns:NAME[:PORT] for every address NAME resolves "
               "to, resolved again before each retry (repeatable); none: start a new cluster", many=True),
+    _NodeFlag("--bootstrap", argtypes.member_ids, (),
+              "ID,ID,...: members that may form the cluster when every member starts with --join (the same list "
+              "on every member, e.g. the first pods of a StatefulSet): a majority of them choose the first stable "
+              "view once they see each other (README, \"Forming a cluster\")"),
     _NodeFlag("--join-timeout", argtypes.number(0, 86400), 0.0,
               "seconds to keep trying to join before exiting with status 5 (default 0: keep trying)"),
     _NodeFlag("--gossip-advertise", argtypes.host_port, None,
@@ -189,7 +193,9 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         http_advertise=http_advertise, join=tuple(v["join"]),
         weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
-        ownership=v["ownership"], exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"]),
+        ownership=v["ownership"],
+        exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
+                                  bootstrap=v["bootstrap"]),
         join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], tls_cert=tls_cert, tls_key=tls_key,
     )
     return config, http
