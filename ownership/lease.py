@@ -511,10 +511,15 @@ class QuorumLease:
 
     def _request(self, targets: Iterable[str], now: float) -> None:
         v = self.views.view
+        # Before any view is installed, a restarted witness says which incarnation it restored a
+        # view of: a witness of that cluster that restored one too installs it on hearing this
+        # (``StableViews.heard``). Otherwise a whole cluster restarted with its state waited for a
+        # member with an installed view, which none had (fuzz --wide --durable-state seed 1074).
+        first = self.views.restored_inc if not v.num else 0
         for w in targets:
             taught = w in self._teach
             self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0), v.members if taught else (),
-                                   self.reserve, v.num, v.weights if taught else (), v.inc if taught else 0), now)
+                                   self.reserve, v.num, v.weights if taught else (), v.inc if taught else first), now)
 
     def on_reply(self, src: str, r: LeaseReply, now: float) -> None:
         if r.condemned:

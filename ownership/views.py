@@ -265,6 +265,12 @@ class StableViews:
         return AcceptorState(self.view, self._promised, self._accepted, self._forgetful)
 
     @property
+    def restored_inc(self) -> int:
+        """The incarnation of the view this acceptor restored and has not installed again (0:
+        none)."""
+        return 0 if self._restored is None else self._restored.view.inc
+
+    @property
     def forgetful(self) -> bool:
         """Started without its predecessor's promises and not voted since."""
         return self._forgetful

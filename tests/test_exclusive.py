@@ -285,8 +285,9 @@ def test_witnesses_that_keep_their_promises_keep_epochs_rising(seed: int) -> Non
 #: Wide schedules with persisted witness state that stalled whole clusters: a witness, alone a
 #: quorum of its view's witnesses by the tie-break, got a view of itself alone chosen and
 #: restarted before anyone learned it; it then waited to be taught a view that new, which nobody
-#: could (ownership.views, ``StableViews.heard``).
-STALLED_ON_A_RESTORED_VIEW_SEEDS = (229, 275, 277, 701, 728, 755)
+#: could (ownership.views, ``StableViews.heard``). 1074 and 1727: every member restarted with its
+#: state, so nobody had an installed view to speak from (``QuorumLease._request``).
+STALLED_ON_A_RESTORED_VIEW_SEEDS = (229, 275, 277, 701, 728, 755, 1074, 1727)
 
 
 @pytest.mark.parametrize("seed", STALLED_ON_A_RESTORED_VIEW_SEEDS)

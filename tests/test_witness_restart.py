@@ -208,6 +208,24 @@ def test_a_restarted_witness_installs_its_view_on_a_lease_request_of_its_cluster
     assert not behind.granted and (behind.num, behind.members, behind.inc) == (2, ALONE.members, INC)  # taught
 
 
+def test_witnesses_that_all_restarted_with_their_state_install_their_views_from_each_other() -> None:
+    """Fuzz --wide --durable-state seed 1074's shape: every member restarted, each with a view it
+    restored and none installed, so no one had a view to speak from. Their first lease requests
+    (to the witnesses of the gossip view) say the incarnation restored, which is enough."""
+    ws = {m: _lease(m, restored=WitnessState(AcceptorState(ALONE if m == W1 else FIRST_I, (0, ""), None)))
+          for m in (W1, W2)}
+    for w in ws.values():
+        w.hint(MEMBERS)
+        w.tick(1.0)
+    for src, w in ws.items():
+        for dst, msg in w.messages():
+            if dst in ws:
+                assert isinstance(msg, LeaseReq) and msg.num == 0 and msg.inc == INC
+                reply = ws[dst].on_request(src, msg, 1.1)
+                w.on_reply(dst, reply, 1.2)
+    assert ws[W1].views.view == ALONE and ws[W2].views.view == ALONE  # W2 restored view 1, learned 2
+
+
 def test_a_restarted_witness_keeps_out_of_a_cluster_founded_anew_under_its_name() -> None:
     """A record left from an earlier cluster of the same name: its view is not of the new
     cluster's history (another incarnation), so the witness neither installs nor tells it;
