@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from placement import PlacementTable
@@ -99,11 +99,14 @@ def alive(names: Sequence[str]) -> dict[str, str]:
 
 class Cluster:
     """Nodes on ``hosts`` (the first is the seed), ``partitions`` partitions, and a sampler watching
-    them. Those named in ``witnesses`` run ``placement witness`` (weight 0: they must own nothing)."""
+    them. Those named in ``witnesses`` run ``placement witness`` (weight 0: they must own nothing).
+    ``extra_args``: more flags for some nodes, at every start (e.g. ``--state-dir``)."""
 
-    def __init__(self, hosts: Hosts, partitions: int, witnesses: Sequence[str] = ()) -> None:
+    def __init__(self, hosts: Hosts, partitions: int, witnesses: Sequence[str] = (),
+                 extra_args: Mapping[str, Sequence[str]] | None = None) -> None:
         self.hosts, self.partitions, self.names = hosts, partitions, hosts.names
         self.witnesses = set(witnesses)
+        self.extra_args = dict(extra_args or {})
         self.sampler = Sampler({n: f"http://{hosts.http(n)}" for n in self.names}, setup=hosts.enter)
         self.joined_at = 0.0
         self.healed_at: float | None = None
@@ -130,6 +133,7 @@ class Cluster:
             args += ["--join", self.hosts.gossip(self.names[0])]
         elif name in self.hosts.procs:  # the seed restarted: alone it would found a second cluster
             args += ["--join", self.hosts.gossip(self.names[1])]
+        args += self.extra_args.get(name, ())
         self.hosts.start(name, args, "witness" if name in self.witnesses else "node")
 
     def kill(self, name: str) -> None:
