@@ -55,7 +55,8 @@ def wide_schedule(seed: int, nodes_range: tuple[int, int] = (3, 12)) -> tuple[in
 
 def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0, *,
         epochs_invariant: bool = True, wide: bool = False,
-        nodes_range: tuple[int, int] = (3, 12), durable_state: bool = False) -> dict[str, Any]:
+        nodes_range: tuple[int, int] = (3, 12), durable_state: bool = False,
+        bootstrap: bool = False) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
     epoch regression and counts it (``epoch_regressions``). ``wide``: the wider schedules of
@@ -145,7 +146,8 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         apply(cluster)
 
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
-                          system="swim-exclusive", before_run=before_run, durable_state=durable_state)
+                          system="swim-exclusive", before_run=before_run, durable_state=durable_state,
+                          bootstrap=bootstrap)
     result["schedule"] = faults
     result["nodes"] = nodes
     result["quorum_at_end"] = quorum_at_end(clusters[0])
@@ -194,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes-range", default="3:12", help="with --wide: A:B, cluster sizes A..B (default 3:12)")
     p.add_argument("--durable-state", action="store_true",
                    help="witnesses keep their promises across restarts, as with --state-dir")
+    p.add_argument("--bootstrap", action="store_true",
+                   help="no founder: every node starts as with --join, and the first three are the "
+                        "--bootstrap list that chooses the first stable view (README, \"Forming a cluster\")")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     lo, hi = map(int, args.nodes_range.split(":"))
@@ -205,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
-                    wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state)
+                    wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state,
+                    bootstrap=args.bootstrap)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:
                 regressed += 1

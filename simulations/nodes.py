@@ -190,13 +190,16 @@ class SwimNode(Node):
         # A process claims partitions only once it has joined (heard from a member), as the
         # node's composition root does; alone, it would briefly claim every partition. The
         # first node of a cluster (no seeds) owns from the start.
-        self.joined = not seeds
+        # With a bootstrap list (``ExclusiveConfig.bootstrap``) nobody founds: every process is
+        # started as with --join, even the first, and the listed members choose view 1.
+        founder = not seeds and not (self.exclusive is not None and self.exclusive.bootstrap)
+        self.joined = founder
         self._owned_version += 1
         self._swim_leave_started = False
         if self.exclusive is not None:
             # (A founder starts a new cluster: the node refuses to found one over kept promises.)
-            restored = None if self.durable is None or not seeds else self.durable.get(self.node_id)
-            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=not seeds,
+            restored = None if self.durable is None or founder else self.durable.get(self.node_id)
+            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
                                  weight=self.weight, restored=restored)
             self._durable_changes = self.own.lease.durable_changes
             self._fragments = wire.Reassembler()  # a new process: nothing half-received

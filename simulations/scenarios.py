@@ -8,6 +8,7 @@ draws any randomness from ``cluster.sim.scenario_rng``. ``SCENARIOS`` maps names
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -236,9 +237,11 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None,
-                 check_cores: bool = True, durable_state: bool = False) -> dict[str, Any]:
+                 check_cores: bool = True, durable_state: bool = False, bootstrap: bool = False) -> dict[str, Any]:
     """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
     ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``).
+    ``bootstrap``: nobody founds the cluster; the first three nodes are the ``--bootstrap`` list
+    (README, "Forming a cluster").
 
     The system's invariants (``simulations.invariants``) are checked after every step and a
     violation raises ``InvariantViolation``; ``check_cores`` (the default: tests, the fuzzer)
@@ -264,6 +267,10 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
         if not hasattr(sys_, "durable"):
             raise ValueError(f"system {system!r} has no witnesses to keep state for")
         sys_.durable = {}
+    if bootstrap:
+        if getattr(sys_, "exclusive", None) is None:
+            raise ValueError(f"system {system!r} has no stable views to bootstrap")
+        sys_.exclusive = dataclasses.replace(sys_.exclusive, bootstrap=tuple(f"n{i:03d}" for i in range(min(3, nodes))))
     if loss is not None and "loss" in kwargs:
         kwargs["loss"] = loss
     network = Network(LinkModel(latency_s, jitter_s, 0.0))

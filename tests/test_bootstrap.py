@@ -111,3 +111,16 @@ def test_three_nodes_that_all_join_each_other_form_a_cluster_and_a_restart_rejoi
 
     asyncio.run(run())
     assert ledger.overlaps() == []
+
+
+@pytest.mark.parametrize(("seed", "durable"), [(0, False), (1, False), (2, True), (3, True)])
+def test_wide_fault_schedules_on_a_cluster_without_a_founder(seed: int, durable: bool) -> None:
+    """The fuzzer's wide schedules (crashes and restarts of the listed members included) on a
+    cluster that bootstrapped: never two owners, epochs rise, and every partition owned at the
+    end while a witness quorum runs (``fuzz_ownership --bootstrap``)."""
+    from simulations.fuzz_ownership import JUDGE_AFTER_S, run
+
+    r = run(seed, duration_s=180, wide=True, durable_state=durable, bootstrap=True)
+    assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
+    assert 180 - r["settled_at"] >= JUDGE_AFTER_S
+    assert r["unowned_at_end"] == 0 or not r["quorum_at_end"], (seed, r["nodes"], r["schedule"])
