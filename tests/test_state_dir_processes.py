@@ -116,6 +116,8 @@ def test_a_witness_restarted_on_its_state_votes_at_once_and_a_worker_crash_is_ta
         # until its quiet time (6 s) passed.
         installed = _record(state)
         assert installed.views.view.num == view and not installed.views.forgetful, installed
+        body = _ownership(c, "n3")  # and it says so
+        assert body["forgetful"] is False and body["quiet_for_s"] == 0.0, body
         assert c.hosts.log_tail("n3", 1000).count(NO_FILE) == 1, c.hosts.log_tail("n3")
 
         # kill -9 of a worker: the survivor takes everything over, under higher epochs.
@@ -155,6 +157,8 @@ def test_a_witness_restarted_on_its_state_votes_at_once_and_a_worker_crash_is_ta
         now_view = _ownership(c, "n1")["stable_view"]
         poll(lambda: _ownership(c, "n3")["stable_view"] == now_view, 15, f"n3 to hold stable view {now_view}")
         assert _record(state).views.forgetful, "installed its first view without the quiet time"
+        body = _ownership(c, "n3")
+        assert body["forgetful"] is True and 0.0 < body["quiet_for_s"] <= 6.0, body
         poll(lambda: c.hosts.log_tail("n3", 1000).count(NO_FILE) == 2, 10, "the warning of a missing file")
     finally:
         c.close()

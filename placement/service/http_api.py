@@ -191,6 +191,10 @@ class OwnershipOut(BaseModel):
                                     "nodes that report one number hold the same view")
     witnesses: list[str] = Field(default_factory=list, description="the witnesses of that view (exclusive)")
     votes: bool | None = Field(None, description="this node is one of those witnesses (exclusive)")
+    forgetful: bool | None = Field(None, description="started without what its previous process promised as a "
+                                   "witness (no --state-dir, or the file lost) and not voted since (exclusive)")
+    quiet_for_s: float | None = Field(None, description="seconds before this node may vote on stable views: a "
+                                      "restart without its witness state waits twice the lease (exclusive)")
     survival: SurvivalOut | None = Field(None, description="what the cluster survives (exclusive; null before "
                                          "this node holds a stable view)")
     security_warning: str | None = Field(None, description="set when gossip runs without keys (no --key-file): "
@@ -537,7 +541,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "paused": node.paused, "lease_valid_for_s": status.get("lease_valid_for_s"),
             "epochs": {str(p): g.epoch for p, g in grants.items() if g is not None},
             "stable_view": status.get("stable_view"), "witnesses": status.get("witnesses", []),
-            "votes": status.get("votes"), "survival": None if survival is None else survival.to_dict(),
+            "votes": status.get("votes"), "forgetful": status.get("forgetful"),
+            "quiet_for_s": status.get("quiet_for_s"), "survival": None if survival is None else survival.to_dict(),
             "security_warning": getattr(node, "security_warning", None),
         }
 

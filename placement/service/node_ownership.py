@@ -220,6 +220,10 @@ class ExclusiveRunner:
             "stable_members": len(own.lease.stable),
             "witnesses": list(own.lease.witnesses),
             "votes": own.me in own.lease.witnesses,  # one of the witnesses of its stable view
+            # A restart without its predecessor's promises (no --state-dir, or the file lost)
+            # takes no part in choosing views until its quiet time has passed; with them, none.
+            "forgetful": own.lease.views.forgetful,
+            "quiet_for_s": max(0.0, own.lease.views.quiet_until - now),
             "counters": dataclasses.asdict(own.counters),
             "dropped": self.dropped["malformed"] + self._fragments.dropped,
             **({} if self._state_file is None else {"state_writes": self._state_file.writes,
