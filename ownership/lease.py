@@ -581,8 +581,12 @@ class QuorumLease:
         return False
 
     def echoing(self) -> bool:
-        """Condemnations heard and not yet lifted by the witness that made them."""
-        return bool(self._echo or self._heard_condemned)
+        """Condemnations heard and not yet lifted by a witness of the stable view that made them.
+        One made by a member that is no longer a witness is not asked again, so it would never
+        be lifted; it refuses nothing now, and if it is a witness again, the echo kept for it
+        lifts it without a drop (``on_reply``). Counting it kept a restarted member from taking
+        its partitions for good (fuzz --wide --bootstrap --durable-state seed 443)."""
+        return bool(self._heard_condemned) or any(w in self._echo for w in self.witnesses)
 
     def _note_clean(self, src: str) -> None:
         """``src`` holds no condemnation of us: count it toward "nobody took our partitions"."""

@@ -113,7 +113,9 @@ def test_three_nodes_that_all_join_each_other_form_a_cluster_and_a_restart_rejoi
     assert ledger.overlaps() == []
 
 
-@pytest.mark.parametrize(("seed", "durable"), [(0, False), (1, False), (2, True), (3, True)])
+#: 443: a restarted member waited for good to take its partitions, for a condemnation made by a
+#: member that had stopped being a witness (``QuorumLease.echoing``).
+@pytest.mark.parametrize(("seed", "durable"), [(0, False), (1, False), (2, True), (3, True), (443, True)])
 def test_wide_fault_schedules_on_a_cluster_without_a_founder(seed: int, durable: bool) -> None:
     """The fuzzer's wide schedules (crashes and restarts of the listed members included) on a
     cluster that bootstrapped: never two owners, epochs rise, and every partition owned at the
