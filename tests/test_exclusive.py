@@ -300,6 +300,18 @@ def test_a_witness_that_restored_a_view_nobody_else_knows_lets_the_cluster_go_on
     assert r["unowned_at_end"] == 0, (seed, r["nodes"], r["schedule"])
 
 
+def test_a_condemnation_by_a_former_witness_does_not_hold_a_restart_back_for_good() -> None:
+    """Fuzz --wide --durable-state seed 1586: a restarted member waited to take its partitions
+    until a condemnation was lifted by a member that was no longer a witness, so never asked
+    again (``QuorumLease.echoing``): 84 partitions unowned at the end."""
+    from simulations.fuzz_ownership import JUDGE_AFTER_S, run
+
+    r = run(1586, duration_s=180, wide=True, durable_state=True)
+    assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
+    assert 180 - r["settled_at"] >= JUDGE_AFTER_S and r["quorum_at_end"]
+    assert r["unowned_at_end"] == 0, r["schedule"]
+
+
 def test_a_split_keeps_exactly_one_side_owning() -> None:
     r = run_scenario("split", nodes=8, duration_s=40, seed=3, partitions=128, system="swim-exclusive",
                      params={"split_s": 20.0})
