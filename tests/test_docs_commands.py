@@ -305,6 +305,9 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_hosts.py --nodes 3 --witness --kills 6 --footprint 60 --out witness-kills.jsonl":
         "a benchmark of minutes with real processes; its figures are in docs/ownership.md (tests/"
         "test_witness_processes.py runs the same cluster and kill, smaller)",
+    "python benchmarks/bench_bootstrap.py --runs 3": "a benchmark of about three minutes with real processes; "
+    "tests/test_docs_commands.py::test_readme_bootstrap_nodes_form_a_cluster_and_a_restart_rejoins_it runs the "
+    "same kill and restart",
     "python benchmarks/bench_restarts.py": "a benchmark of a minute with real processes; its figures are in "
                                            "docs/deploy.md (tests/test_restarts.py runs its SIGTERM scenario)",
     "python benchmarks/bench_restarts.py --nodes 10 --at-once 2": "a benchmark of a minute with 10 real processes; "
