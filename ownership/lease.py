@@ -601,7 +601,7 @@ class QuorumLease:
     # ------------------------------------------------------------------ witness side
 
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
-        self.views.heard(req.inc, now)  # (a restarted witness: the requester is of its history)
+        self.views.heard(src, req.inc, now)  # (a restarted witness: the requester is of its history)
         if req.num > self.num and req.members:
             self._learn(req.num, req.members, req.weights, req.inc, now)  # the requester is ahead of us
         nonce = self._condemnations.get(src, 0)

@@ -472,7 +472,7 @@ class StableViews:
             return None
         return Decided(r.view.num, r.view.members, r.view.weights, r.view.inc)
 
-    def heard(self, inc: int, now: float) -> None:
+    def heard(self, src: str, inc: int, now: float) -> None:
         """A member whose stable view is of incarnation ``inc`` spoke to this acceptor. If that
         is the incarnation of the view this acceptor restored and has not installed again, the
         restored view is installed now: it was chosen (its previous process installed it), in
@@ -484,8 +484,8 @@ class StableViews:
         new cluster onto a view of the old one; the incarnation tells them apart
         (``foreign_inc``: the latest other incarnation heard, for the driver's log)."""
         r = self._restored
-        if r is None or not inc or not r.view.inc:
-            return
+        if r is None or not inc or not r.view.inc or src == self.me:
+            return  # (itself: its own requests carry what it restored, which proves nothing)
         if inc != r.view.inc:
             self.foreign_inc = inc
             return
@@ -494,7 +494,7 @@ class StableViews:
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""
         if isinstance(msg, (Prepare, Accept, Decided)):
-            self.heard(msg.inc, now)
+            self.heard(src, msg.inc, now)
         if isinstance(msg, Prepare):
             return self._on_prepare(src, msg, now)
         if isinstance(msg, Accept):

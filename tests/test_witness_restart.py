@@ -226,6 +226,18 @@ def test_witnesses_that_all_restarted_with_their_state_install_their_views_from_
     assert ws[W1].views.view == ALONE and ws[W2].views.view == ALONE  # W2 restored view 1, learned 2
 
 
+def test_a_restarted_witness_is_not_convinced_by_its_own_requests() -> None:
+    """Its own lease requests (it may be one of the witnesses it asks) carry the incarnation it
+    restored: that proves nothing about the cluster it is in. Taking it as proof installed the
+    view of a state file left by an earlier cluster at once, and taught it to the new one."""
+    w = _lease(W1, restored=WitnessState(AcceptorState(ALONE, (0, ""), None)))
+    w.on_request(W1, LeaseReq(1, 1, 0, num=0, inc=INC), 1.0)
+    assert w.views.view.num == 0
+    w.hint(MEMBERS)
+    w.tick(1.0)  # (asks the witnesses of its gossip view, itself among them)
+    assert w.views.view.num == 0
+
+
 def test_a_restarted_witness_keeps_out_of_a_cluster_founded_anew_under_its_name() -> None:
     """A record left from an earlier cluster of the same name: its view is not of the new
     cluster's history (another incarnation), so the witness neither installs nor tells it;
