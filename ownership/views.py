@@ -38,7 +38,11 @@ Proposers. Any member whose view settled may propose it; a member told by a witn
 successor is pending (accepted, not known to be chosen) proposes too, so a proposer that died
 mid-way cannot block the view forever (phase 1 finds the accepted value and finishes it).
 Competing proposers retry with higher rounds after a back-off that grows with their rank, so
-one of them wins.
+one of them wins. That back-off (2 s and more) outlasts a lease past its last renewal, so a
+witness that accepted a successor and has not learned within ``resend_s``/2 times one plus its
+rank among the witnesses that one was chosen proposes itself (``_finish``): otherwise a proposer
+that died after sending its ``Accept``s left every healthy member without a lease (point 3) until
+the back-off ended, and each dropped everything it owned (issue 29 item 6).
 
 Restarts. What an acceptor promised is its *durable state* (``AcceptorState``: the installed
 view, the ballot it promised, what it accepted for the successor); ``durable_changes`` rises
@@ -238,6 +242,9 @@ class StableViews:
         self._accepted: tuple[tuple[int, str], View] | None = None
         self._proposal: _Proposal | None = None
         self._round_seen = 0
+        #: When this witness, having accepted a successor of its view without learning that it
+        #: was chosen, starts choosing it itself (``_finish``; inf: not due).
+        self._finish_at = math.inf
         #: This member's own proposal for the installed view's slot, when Paxos chose an older
         #: accepted value instead (``_on_accepted``): the chosen view is not news to this member,
         #: so its view, if still that proposal, may be proposed again (``Ownership._maybe_propose``).
@@ -293,10 +300,13 @@ class StableViews:
         self.superseded = None
         self.witnesses = witnesses_of(view.members, self.k)
         self._promised, self._accepted, self._proposal = (0, ""), None, None
+        self._finish_at = math.inf
         if restored is not None:
             self._restored = None
             if view.ck == restored.view.ck:  # the view it held: its promises for the successor stand
                 self._promised, self._accepted = restored.promised, restored.accepted
+                if self._accepted is not None:
+                    self._finish_at = now + self._finish_delay()
         self.durable_changes += 1
         self._on_install(old, view, now)
         if old.num == 0 and now >= self.quiet_until:
@@ -351,6 +361,8 @@ class StableViews:
         self.tick(now)
 
     def tick(self, now: float) -> None:
+        if now >= self._finish_at:
+            self._finish(now)
         p = self._proposal
         if p is None:
             return
@@ -372,7 +384,43 @@ class StableViews:
 
     def next_time(self) -> float:
         p = self._proposal
-        return math.inf if p is None else min(p.next_send, p.give_up_at)
+        return min(self._finish_at, math.inf if p is None else min(p.next_send, p.give_up_at))
+
+    def _finish_delay(self) -> float:
+        """How long a witness that accepted a successor waits to learn it was chosen before it
+        finishes choosing it itself: ``resend_s``/2 times one plus its place among the
+        witnesses, so the first of them acts first and the others only if it could not."""
+        rank = self.witnesses.index(self.me) if self.me in self.witnesses else len(self.witnesses)
+        return self.resend_s * (1 + rank) / 2
+
+    def _finish(self, now: float) -> None:
+        """This witness accepted a successor of its view and has not learned within
+        ``_finish_delay`` that one was chosen: its proposer may have died after sending its
+        ``Accept``s, or the ``Decided`` was lost. Meanwhile this witness grants no lease under
+        its view (point 3), and if it is in every quorum that can still be formed, nobody holds
+        one after ``lease_s``: every healthy member would drop everything (issue 29 item 6; the
+        proposers it refused wait out their back-off, ``resend_s`` (4 + 2 rank), longer than a
+        lease lasts past its last renewal). So it proposes at once, in a ballot above any it
+        promised: phase 1 finds what a quorum may have accepted and finishes that, or a witness
+        that already installed the successor answers ``Decided``. Any member may propose at any
+        time in Paxos, so this changes no safety argument; it only bounds the time a pending
+        successor blocks leases."""
+        self._finish_at = math.inf
+        accepted = self._accepted
+        if accepted is None or self._restored is not None or now < self.quiet_until:
+            return
+        self._round_seen = max(self._round_seen, self._promised[0], accepted[0][0])
+        rank = self.witnesses.index(self.me) if self.me in self.witnesses else len(self.witnesses)
+        # Again if it is still pending by the time an attempt would have given up (this one may
+        # be withdrawn when the member's view changes: ``withdraw``).
+        self._finish_at = now + self.resend_s * (4 + 2 * rank)
+        p = self._proposal
+        if p is not None and p.slot == self.view.num + 1:
+            self._round_seen = max(self._round_seen, p.rnd) + 1
+            p.rnd = self._round_seen
+            self._start(now)
+        else:
+            self.propose(accepted[1].weighted(), now, rank, inc=accepted[1].inc)  # (a first view: its incarnation)
 
     def _on_promise(self, src: str, m: Promise, now: float) -> None:
         p = self._proposal
@@ -450,6 +498,8 @@ class StableViews:
         if ballot < self._promised:
             return Accepted(m.slot, m.rnd, False)
         self._promised = ballot
+        if self._accepted is None or self._accepted[0] != ballot:
+            self._finish_at = now + self._finish_delay()
         self._accepted = (ballot, value)
         self.durable_changes += 1
         return Accepted(m.slot, m.rnd, True)

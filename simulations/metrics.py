@@ -85,10 +85,10 @@ class Recorder:
         self._datagrams0 = 0
         self._bytes0 = 0
         self.ownership_log = OwnershipLog()
-        # Exclusive ownership: (node, partition) being released (a handoff under way), and per
-        # node the partitions it dropped while measuring: ended without a release (lease lost,
-        # declared dead, a jump to a newer stable view, condemned).
-        self._releasing: set[tuple[int, int]] = set()
+        # Exclusive ownership: (node, partition) being released -> the release's reason, and per
+        # node the partitions it dropped while measuring: ended without a handoff (lease lost or
+        # about to end, declared dead, a jump to a newer stable view, condemned).
+        self._releasing: dict[tuple[int, int], str] = {}
         self._dropped: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -168,17 +168,18 @@ class Recorder:
         self.ownership_log.record(node.index, action, self.sim.now)
         key = (node.index, action.partition)
         if isinstance(action, Release):
-            self._releasing.add(key)
+            self._releasing[key] = action.reason
         elif isinstance(action, Ended):
-            if key in self._releasing:
-                self._releasing.discard(key)
-            elif self.active:
+            # A release because the lease was about to end ("fenced") is a drop too: the
+            # member lost its lease, and took the partition back (if at all) only afterwards.
+            if self._releasing.pop(key, "fenced") == "fenced" and self.active:
                 self._dropped[node.index] = self._dropped.get(node.index, 0) + 1
         elif isinstance(action, Acquired):
-            self._releasing.discard(key)
+            self._releasing.pop(key, None)
 
     def _drops(self) -> dict[str, int]:
-        """Exclusive ownership: partitions dropped (ownership ended without a handoff) while
+        """Exclusive ownership: partitions dropped (ownership ended without a handoff, or by a
+        release because the lease was about to end: ``Release.reason`` "fenced") while
         measuring, in all and by *healthy* members (never crashed, stalled, slowed, cut off,
         restarted or left). A healthy member should never drop a partition because another
         member died (issue 29 item 6)."""

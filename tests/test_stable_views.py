@@ -209,3 +209,29 @@ def test_a_proposer_whose_view_moved_on_withdraws_its_stale_attempt() -> None:
     assert not net.queue and a.next_time() == float("inf")
     _deliver_all(net, 5.0)
     assert all(n.view.num == 1 for n in net.nodes.values())
+
+
+def test_witnesses_finish_a_view_whose_proposer_died_after_its_accepts() -> None:
+    """Issue 29 item 6: the proposer of view 2 dies once its ``Accept``s reached the witnesses,
+    before it heard them accept. The witnesses grant no lease under view 1 any more (point 3),
+    and the members it beat in phase 1 wait out their back-off (2 s and more), longer than a
+    lease lasts past its last renewal: every healthy member dropped all it owned. A witness
+    that accepted and has not learned the choice after ``resend_s``/2 times one plus its rank
+    among the witnesses now finishes it: everyone has view 2 within 1 s of the death."""
+    net = Net(seed=1, loss=0.0, dup=0.0)
+    ws = witnesses_of(MEMBERS, 3)
+    proposer = next(m for m in MEMBERS if m not in ws)
+    value = {m: 1.0 for m in MEMBERS if m != "e"}
+    net.nodes[proposer].propose(value, 0.1, rank=0)
+    # Its Prepares, the promises and its Accepts arrive; it dies before any Accepted does.
+    _deliver_all(net, 0.1, keep=lambda s, d, m: not (d == proposer and type(m).__name__ == "Accepted"))
+    assert all(net.nodes[w].pending for w in ws) and all(n.view.num == 1 for n in net.nodes.values())
+    t = 0.1
+    while t < 1.1:
+        t = round(t + 0.05, 2)
+        for m, n in net.nodes.items():
+            if m != proposer:
+                n.tick(t)
+        _deliver_all(net, t, keep=lambda s, d, m: proposer not in (s, d))
+    views = {m: n.view for m, n in net.nodes.items() if m != proposer}
+    assert all(v.num == 2 and v.weighted() == value for v in views.values()), views
