@@ -29,6 +29,7 @@ from .messages import (
     Message,
     Note,
     NoteAck,
+    NoteRefused,
     Query,
     Redirect,
     Release,
@@ -36,6 +37,6 @@ from .messages import (
 
 __all__ = [
     "ExclusiveConfig", "Ownership", "Counters",
-    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "Redirect", "Query", "Census", "Disown", "Message",
-    "CENSUS_BATCH",
+    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "NoteRefused", "Redirect", "Query", "Census", "Disown",
+    "Message", "CENSUS_BATCH",
 ]

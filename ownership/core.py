@@ -97,6 +97,7 @@ from .messages import (
     Message,
     Note,
     NoteAck,
+    NoteRefused,
     Query,
     Redirect,
     Release,
@@ -143,6 +144,7 @@ class _Outgoing:
     msg: Message
     next_send: float
     once: bool  # sent once (acks, queries), else resent until acknowledged
+    generation: int  # the lease generation when it was queued (a note refused later: ``_refused``)
 
 
 @dataclass
@@ -159,6 +161,7 @@ class Counters:
     notes_duplicate: int = 0
     notes_stale: int = 0
     notes_forwarded: int = 0
+    notes_refused: int = 0  # notes this member refused while leaving (``NoteRefused``)
     notes_expired: int = 0  # unacknowledged when their view passed: dropped (rule 9)
     redirects: int = 0
     queries: int = 0
@@ -223,6 +226,14 @@ class Ownership:
         self._consumed: set[tuple[str, int, int]] = set()  # notes taken: (sender, partition, epoch)
         #: Partitions this member passed on: to whom (None: dropped without a clean verdict).
         self._passed: dict[int, str | None] = {}
+        #: Members that refused a note under stable view ``_refusers_num`` (``NoteRefused``: they
+        #: are leaving) and the table without them (``_handoff_target``); notes whose view passed
+        #: before their receiver answered, in that view only, if it refuses them late:
+        #: (receiver, partition, epoch) -> (note, lease generation when it was sent).
+        self._refusers: set[str] = set()
+        self._refusers_num = -1
+        self._unanswered: dict[tuple[str, int, int], tuple[Note, int]] = {}
+        self._detour: tuple[object, frozenset[str], PlacementTable | None] | None = None
         #: Partitions this member dropped itself and no longer leads: passed on by a note once a
         #: take-back would be allowed (``_retry_pass_on``).
         self._to_pass: dict[int, tuple[_Waiting, int]] = {}  # (entry, view number it left us in)
@@ -306,9 +317,12 @@ class Ownership:
         if acked:  # one pass over what is being resent, however many acks came
             self._out = [o for o in self._out if not (o.dst == src and isinstance(o.msg, (Note, Redirect))
                                                        and (o.msg.partition, o.msg.epoch) in acked)]
+            for p, epoch in acked:
+                self._unanswered.pop((src, p, epoch), None)
         self._update()
 
-    def _receive(self, src: str, msg: Note | Redirect | Query | Census | Disown | LeaseMessage, now: float) -> None:
+    def _receive(self, src: str, msg: Note | NoteRefused | Redirect | Query | Census | Disown | LeaseMessage,
+                 now: float) -> None:
         """One message other than a ``NoteAck`` (``receive_many`` takes those in one pass)."""
         if isinstance(msg, Note):
             if msg.view < self.lease.num:
@@ -317,6 +331,14 @@ class Ownership:
                 # way). Acknowledged, so its sender stops, and never taken.
                 self.counters.notes_stale += 1
                 self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
+            elif self.leaving and (src, msg.partition, msg.epoch) not in self._consumed:
+                # A leaving member would only hold the note, and its sender is most often leaving
+                # too (two members restarted at once: each is the other's successor). Taken, it
+                # left with it and the partition waited seconds for a takeover (issue 30); refused,
+                # its sender hands it to the next member at once (``_refused``). (A resend of a
+                # note taken before the leave is acknowledged below: refusing it would make two.)
+                self.counters.notes_refused += 1
+                self._send(src, NoteRefused(msg.partition, msg.epoch), once=True)
             elif msg.view == self.lease.num and self.lease.valid(now):
                 # (A note from a later view, or without a lease: not taken yet, the sender resends.)
                 self._send(src, NoteAck(msg.partition, msg.epoch), once=True)
@@ -333,6 +355,8 @@ class Ownership:
                     w.holder, w.cleared = self.me, True
                 else:
                     w.holder, w.since, w.basis = msg.holder, now, -1
+        elif isinstance(msg, NoteRefused):
+            self._refused(src, msg)
         elif isinstance(msg, Query):
             self._answer_query(src, msg.partition)
         elif isinstance(msg, Census):
@@ -393,7 +417,11 @@ class Ownership:
                 continue  # a dead receiver: its successor takes over (rule 4)
             if isinstance(o.msg, Note) and o.msg.view < self.lease.num:
                 self.counters.notes_expired += 1
-                continue  # its view has passed: no member would take it (``_receive``)
+                # Its view has passed: no member would take it (``_receive``). Kept aside for a
+                # refusal on its way (``_refused``), in this view only.
+                self._current_refusers()
+                self._unanswered[(o.dst, o.msg.partition, o.msg.epoch)] = (o.msg, o.generation)
+                continue
             if o.next_send <= now:
                 due.append((o.dst, o.msg))
                 if o.once:
@@ -530,7 +558,14 @@ class Ownership:
         if not self.joined or not lease.stable:
             return
         if self._released_all() and self.me in lease.stable and len(lease.stable) > 1:
-            lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
+            # Not before the members had time to renew under the current view (they ask at
+            # once on learning it; a round without a quorum is retried within ``resend_s``): a
+            # second view hard on the heels of the first (two members leaving at once) reached
+            # members still under a lease of the one before, a second step on one lease, so
+            # they dropped everything they owned (rule 9; issue 30: measured 23-32 ms apart).
+            if now >= lease.learned_at + self.config.resend_s and (lease.lease_num == lease.num
+                                                                   or not lease.valid(now)):
+                lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
             return
         # A member that has not yet heard what the stable view's proposer heard would propose the
         # past back: so a view with a member it never saw, or a changed weight, only once changed
@@ -630,10 +665,12 @@ class Ownership:
         if self.table is None:
             return
         for p in list(self.free):
-            lead = self._leader(p)
+            sender = self.free[p][2]
             # Pass a note on to the leader, never back to its sender: a sender that this view
-            # still shows as leader is leaving or moving, and the view will catch up.
-            if lead is not None and lead != self.me and lead != self.free[p][2]:
+            # still shows as leader is leaving or moving, and the view will catch up - unless
+            # this member is leaving too: then it will not, and the note goes past them both.
+            lead = self._handoff_target(p, also=sender if self.leaving else None)
+            if lead is not None and lead != self.me and lead != sender:
                 epoch, payload, _ = self.free.pop(p)
                 self.counters.notes_forwarded += 1
                 self._passed[p] = lead
@@ -883,6 +920,8 @@ class Ownership:
                 continue
             self._to_pass.pop(p, None)
             self._passed[p] = src  # asked about p again later: the asker may hold it now
+            for key in [k for k in self._unanswered if k[1] == p]:
+                del self._unanswered[key]  # given up: a late refusal must not bring it back
             parts.append(p)
             epochs.append(self.epoch_clock)  # >= every epoch this member used or saw on a note
         self.counters.disowned += len(parts)
@@ -955,6 +994,8 @@ class Ownership:
         self._passed.pop(p, None)
         # A note of ours for p still being resent is obsolete now (we hold p again).
         self._out = [o for o in self._out if not (isinstance(o.msg, Note) and o.msg.partition == p)]
+        for key in [k for k in self._unanswered if k[1] == p]:
+            del self._unanswered[key]
         new = max(epoch, self.known_epoch.get(p, 0), self.epoch_clock) + 1
         self.epoch_clock = new
         self.known_epoch[p] = new
@@ -980,13 +1021,63 @@ class Ownership:
             self.counters.handoffs_timed_out += 1
         self._actions.append(Ended(p, o.epoch, at, timed_out))
         lead = self._leader(p)
-        if lead is not None and lead != self.me:
-            self._passed[p] = lead
-            self._send(lead, Note(p, o.epoch, payload, self.lease.num))
+        to = self._handoff_target(p)
+        if to is not None and to != self.me:
+            self._passed[p] = to
+            self._send(to, Note(p, o.epoch, payload, self.lease.num))
             self.counters.notes_sent += 1
+        elif lead is not None and lead != self.me:
+            # Led by a member that refused notes: this member keeps the right as a note, taken or
+            # passed on when the view changes.
+            self.free[p] = (o.epoch, payload, self.me)
         elif not self.leaving:
             # Still (or again) ours and nobody else can have it: take it back when allowed.
             self.waiting[p] = _Waiting(self.me, self._now, self.lease.generation)
+
+    def _handoff_target(self, p: int, also: str | None = None) -> str | None:
+        """Whom to hand ``p`` to: its leader, unless the leader refused notes in this stable
+        view (it is leaving) or is ``also``; then the leader without those members (None:
+        nobody else is left)."""
+        lead = self._leader(p)
+        refusers = self._current_refusers()
+        if lead is None or (lead not in refusers and lead != also):
+            return lead
+        skip = frozenset(refusers if also is None else refusers | {also})
+        detour = self._detour
+        if detour is None or detour[0] is not self.table or detour[1] != skip:
+            view = {m: w for m, w in self._placement_view(without_me=self.leaving).items() if m not in skip}
+            detour = self._detour = (self.table, skip, self._tables(view) if view else None)
+        return None if detour[2] is None else detour[2].owner(p)
+
+    def _current_refusers(self) -> set[str]:
+        """Members that refused a note under the current stable view. Forgotten with the view
+        (with the expired notes kept for late refusals): a refusal says the refuser's process
+        is leaving, and it leaves the next view."""
+        if self._refusers_num != self.lease.num:
+            self._refusers, self._refusers_num = set(), self.lease.num
+            self._unanswered.clear()
+        return self._refusers
+
+    def _refused(self, src: str, msg: NoteRefused) -> None:
+        """``src`` is leaving and did not take our note for ``msg.partition``: this member
+        holds the right again, as a note held (``free``), and ``_retable`` passes it to the next
+        member, past the refusers, at once (so a member leaving with ``src`` never waits for a
+        takeover from it) or takes it when it leads the partition itself. Only in the lease
+        generation the note was sent in: a right dropped since then (``_drop_all``) comes back
+        on a clean verdict only, not on a refusal."""
+        p = msg.partition
+        held = self._unanswered.pop((src, p, msg.epoch), None)  # refused after its view passed
+        for o in self._out:
+            if o.dst == src and isinstance(o.msg, Note) and o.msg.partition == p and o.msg.epoch == msg.epoch:
+                self._out.remove(o)
+                held = (o.msg, o.generation)
+                break
+        if held is None or held[1] != self.lease.generation or p in self.owned:
+            return  # a repeated refusal, or a right dropped since
+        note = held[0]
+        self._current_refusers().add(src)
+        self._passed.pop(p, None)
+        self.free[p] = (note.epoch, note.payload, self.me)
 
     def _drop_all(self, now: float, at: float | None = None) -> None:
         """End every ownership now (declared dead) or when the lease ended (``at``), without
@@ -1030,7 +1121,7 @@ class Ownership:
 
     def _send(self, dst: str, msg: Message, *, once: bool = False) -> None:
         """Queue ``msg``; unless ``once``, it is resent until acknowledged."""
-        self._out.append(_Outgoing(dst, msg, self._now, once))
+        self._out.append(_Outgoing(dst, msg, self._now, once, self.lease.generation))
 
     def _may_take_back(self, w: _Waiting) -> bool:
         """Rule 5: may this member take back a partition it dropped itself?"""

@@ -13,8 +13,8 @@ from typing import Any
 from .lease import LeaseMessage
 
 __all__ = [
-    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "Redirect", "Query", "Census", "Disown", "Message",
-    "CENSUS_BATCH",
+    "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "NoteRefused", "Redirect", "Query", "Census", "Disown",
+    "Message", "CENSUS_BATCH",
 ]
 
 
@@ -69,6 +69,14 @@ class NoteAck:
 
 
 @dataclass(frozen=True)
+class NoteRefused:
+    """Answer to a ``Note`` from a member that is leaving: it did not take the note, so its
+    sender still holds the right and hands it to the next member instead (rule 3)."""
+    partition: int
+    epoch: int
+
+
+@dataclass(frozen=True)
 class Redirect:
     """The sender does not hold ``partition``: it waits for ``holder`` (the receiver itself:
     nobody holds it)."""
@@ -102,7 +110,7 @@ class Disown:
     epochs: tuple[int, ...]
 
 
-Message = Note | NoteAck | Redirect | Query | Census | Disown | LeaseMessage
+Message = Note | NoteAck | NoteRefused | Redirect | Query | Census | Disown | LeaseMessage
 
 #: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
 CENSUS_BATCH = 2048

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import msgpack
 
 from .lease import Condemn, CondemnReply, LeaseReply, LeaseReq
-from .messages import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, Query, Redirect
+from .messages import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, NoteRefused, Query, Redirect
 from .views import Accept, Accepted, Decided, Prepare, Promise
 
 __all__ = ["MAGIC", "encode", "encode_many", "decode", "decode_many", "Reassembler"]
@@ -108,6 +108,7 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     12: (Decided, (_EPOCH, _ids, _weights, _EPOCH)),
     14: (Census, (_EPOCH, _PARTITIONS)),
     15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
+    16: (NoteRefused, (_PARTITION, _EPOCH)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 #: kind -> where its fields that travel as lists are tuples in the class
