@@ -39,18 +39,7 @@ def test_members_that_bootstrap_at_once_choose_one_first_view(seed: int, loss: f
     any order, with loss and duplication: never two views under one number, and a first view
     once a proposer reaches a quorum of the genesis's witnesses."""
     net = Net(seed, loss, dup, genesis=GENESIS)
-    rng = random.Random(seed ^ 0xB007)
-    now = 0.0
-    for _ in range(400):
-        now += 0.05
-        if rng.random() < 0.05:
-            m = rng.choice(MEMBERS[:proposers])
-            weighted = {x: 1.0 for x in MEMBERS if rng.random() < 0.8} | {m: 1.0}
-            net.nodes[m].propose(weighted, now, rank=MEMBERS.index(m), inc=1 + MEMBERS.index(m))
-        for n in net.nodes.values():
-            n.tick(now)
-        for _ in range(3):
-            net.step(now)
+    net.propose_at_random(random.Random(seed ^ 0xB007), proposers)
     history = _one_history(net.installed)
     assert all(v.num == n for n, v in history.items())
     if 1 in history:

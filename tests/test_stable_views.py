@@ -40,6 +40,22 @@ class Net:
     def _installer(self, me: str) -> Callable[[View, View, float], None]:
         return lambda old, new, now: self.installed[me].append(new)
 
+    def propose_at_random(self, rng: random.Random, proposers: int, steps: int = 400) -> None:
+        """Every 50 ms, one of the first ``proposers`` members may propose its own idea of the next
+        view (a first view from the genesis carries an incarnation of its own); ticks and three
+        deliveries a step."""
+        now = 0.0
+        for _ in range(steps):
+            now += 0.05
+            if rng.random() < 0.05:
+                m = rng.choice(MEMBERS[:proposers])
+                weighted = {x: 1.0 for x in MEMBERS if rng.random() < 0.8} | {m: 1.0}
+                self.nodes[m].propose(weighted, now, rank=MEMBERS.index(m), inc=1 + MEMBERS.index(m))
+            for n in self.nodes.values():
+                n.tick(now)
+            for _ in range(3):
+                self.step(now)
+
     def step(self, now: float) -> None:
         if not self.queue:
             return
@@ -69,18 +85,7 @@ def _one_history(installed: dict[str, list[View]]) -> dict[int, View]:
 def test_no_two_members_install_different_views_under_one_number(seed: int, loss: float, dup: float,
                                                                   proposers: int) -> None:
     net = Net(seed, loss, dup)
-    rng = random.Random(seed ^ 0x5EED)
-    now = 0.0
-    for _ in range(400):
-        now += 0.05
-        if rng.random() < 0.05:  # some member proposes its own idea of the next view
-            m = rng.choice(MEMBERS[:proposers])
-            weighted = {x: 1.0 for x in MEMBERS if rng.random() < 0.8} | {m: 1.0}
-            net.nodes[m].propose(weighted, now, rank=MEMBERS.index(m))
-        for n in net.nodes.values():
-            n.tick(now)
-        for _ in range(3):
-            net.step(now)
+    net.propose_at_random(random.Random(seed ^ 0x5EED), proposers)
     history = _one_history(net.installed)
     assert all(v.num == n for n, v in history.items())
 
