@@ -51,11 +51,12 @@ whenever it changes. A driver that keeps it (``placement --state-dir``; the simu
 and gives it back to the restarted process (``restored``). Such an acceptor keeps its promises
 across the restart, so it votes at once: it installs no view older than the one it held (all
 of them were chosen; a stale proposer is told the restored view), and its promise and
-acceptance for the restored view's successor are those it made. It installs the restored view
-again when a member of the same incarnation speaks to it (``heard``): that view was chosen in
-the member's history. Not before: a record left from an earlier cluster of the same name is of
-another incarnation, and would otherwise pull a new cluster onto a view of the old one. For any later slot it never
-promised anything: it would have installed the view before, and written it. A process that
+acceptance for the restored view's successor are those it made. For any later slot it never
+promised anything: it would have installed the view before, and written it. It installs the
+restored view again when a member of the same incarnation speaks to it (``heard``): that view was
+chosen in the member's history. Not before: a record left from an earlier cluster of the same
+name is of another incarnation, and would otherwise pull a new cluster onto the old one's view.
+A process that
 started without its predecessor's promises (none kept, or lost) is *forgetful* until it may vote
 (below); its record says so, and a restart from such a record waits the quiet time as well.
 

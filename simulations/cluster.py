@@ -119,9 +119,14 @@ class Cluster:
 
     # ------------------------------------------------------------------ building
 
+    @staticmethod
+    def node_id(index: int) -> str:
+        """The id of the node added ``index``-th (0 first)."""
+        return f"n{index:03d}"
+
     def add_node(self, weight: float = 1.0, node_id: str | None = None) -> Node:
         index = len(self.nodes)
-        node_id = node_id or f"n{index:03d}"
+        node_id = node_id or self.node_id(index)
         node = self.system.make_node(self, node_id, index, weight)
         self.nodes[node_id] = node
         self.sim.register(node)

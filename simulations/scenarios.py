@@ -270,7 +270,8 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
     if bootstrap:
         if getattr(sys_, "exclusive", None) is None:
             raise ValueError(f"system {system!r} has no stable views to bootstrap")
-        sys_.exclusive = dataclasses.replace(sys_.exclusive, bootstrap=tuple(f"n{i:03d}" for i in range(min(3, nodes))))
+        listed = tuple(Cluster.node_id(i) for i in range(min(3, nodes)))
+        sys_.exclusive = dataclasses.replace(sys_.exclusive, bootstrap=listed)
     if loss is not None and "loss" in kwargs:
         kwargs["loss"] = loss
     network = Network(LinkModel(latency_s, jitter_s, 0.0))
