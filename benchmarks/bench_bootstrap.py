@@ -6,7 +6,9 @@ Per run, N ``placement node`` processes (P partitions) are started at once and w
 
 * **founder**: n1 without ``--join``, the others join it. Reported: seconds from the start to
   every partition owned as the placement says. Then n1 is killed (-9) and started again *with its
-  own command* (no ``--join``): the partitions proven owned twice meanwhile, and how long.
+  own command* (no ``--join``; it rejoins through its members file, ``placement.service.members_file``;
+  before that file it founded a second cluster): the partitions proven owned twice meanwhile, and
+  how long.
 * **bootstrap**: every node with ``--join`` (n1 to n2, the others to n1) and ``--bootstrap
   n1,n2,n3``. Reported: seconds to view 1 at every node, to every partition owned; then n1 is
   killed and started again with its command: partitions proven owned twice (the goal: 0), and

@@ -81,7 +81,7 @@ class PlacementMember:
 
         seeds = tuple(("127.0.0.1", int(p)) for p in args.seeds.split(",") if p)
         self.node = Node(NodeConfig(args.id, gossip_bind=("127.0.0.1", args.port), join=seeds,
-                                    partitions=args.partitions))
+                                    partitions=args.partitions, new_cluster=not seeds))
 
     async def start(self) -> None:
         await self.node.start()

@@ -133,8 +133,7 @@ def main() -> int:
     def start_cli(name: str, join: str | None) -> None:
         cmd = [sys.executable, "-m", "placement_cli", "node", "--id", name, "--gossip", f"127.0.0.1:{gossip[name]}",
                "--http", f"127.0.0.1:{http_port[name]}", "--partitions", str(args.partitions)]
-        if join:
-            cmd += ["--join", join]
+        cmd += ["--join", join] if join else ["--new-cluster"]  # (a new cluster each run)
         with open(logdir / f"{name}.log", "ab") as log:
             procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            env=env, cwd=ROOT)

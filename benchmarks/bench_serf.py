@@ -137,7 +137,7 @@ class Cluster:
                    "--partitions", "4096", "--replicas", "2", "--work-sink"]
             if self.variant == "node-available":
                 cmd += ["--ownership", "available"]
-            return cmd + (["--join", f"127.0.0.1:{gossip}"] if i else [])
+            return cmd + (["--join", f"127.0.0.1:{gossip}"] if i else ["--new-cluster"])
         cmd = [sys.executable, os.path.abspath(__file__), "member", "--id", f"m{i}", "--port", str(MEMBER_GOSSIP + i)]
         return cmd + (["--join", str(MEMBER_GOSSIP)] if i else [])
 

@@ -75,7 +75,7 @@ def _wait_200(proc: subprocess.Popen, port: int, path: str, t0: float, poll_s: f
 def _node_cmd(node_id: str, gossip: int, http_port: int, join: int | None, importtime: bool = False) -> list[str]:
     cmd = [PY, *(["-X", "importtime"] if importtime else []), "-m", "placement_cli", "node", "--id", node_id,
            "--gossip", f"127.0.0.1:{gossip}", "--http", f"127.0.0.1:{http_port}"]
-    return cmd + (["--join", f"127.0.0.1:{join}"] if join is not None else [])
+    return cmd + (["--join", f"127.0.0.1:{join}"] if join is not None else ["--new-cluster"])
 
 
 def _start(cmd: list[str], root: str, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:

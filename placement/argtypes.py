@@ -155,6 +155,16 @@ def member_ids(text: str) -> tuple[str, ...]:
     return tuple(member_id(i) for i in ids)
 
 
+def boolean(text: str) -> bool:
+    """true/false, yes/no, on/off or 1/0 (any case): a switch's environment variable."""
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise _bad("true or false (also 1/0, yes/no, on/off)", text)
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise _bad("a non-empty string", text)

@@ -73,3 +73,12 @@ def both_kernels(request):
     before, rendezvous.kernel = rendezvous.kernel, request.param
     yield request.param
     rendezvous.kernel = before
+
+
+@pytest.fixture(autouse=True)
+def _members_files(tmp_path_factory, monkeypatch):
+    """Each test's nodes keep their members files (``placement.service.members_file``) in a
+    directory of their own, inherited by the processes they start: a founder of one test must
+    not rejoin the members a founder of the same id knew in an earlier test (or in the user's
+    home)."""
+    monkeypatch.setenv("PLACEMENT_STATE_HOME", str(tmp_path_factory.mktemp("state-home")))

@@ -32,6 +32,9 @@ class Hosts:
     def __init__(self) -> None:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logdir = Path(tempfile.mkdtemp(prefix="placement-hosts-"))
+        #: The hosts' disk: where their nodes keep members files (``placement.service.members_file``),
+        #: so a node restarted here finds its own, and a new ``Hosts`` starts from none.
+        self.state_home = self.logdir / "state"
 
     def gossip(self, name: str) -> str:
         raise NotImplementedError
@@ -55,7 +58,8 @@ class Hosts:
         what = [command] if module == "placement_cli" else []
         cmd = [*self.command_prefix(name), sys.executable, "-m", module, *what, *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                     "PLACEMENT_STATE_HOME": str(self.state_home)})
         log.close()
         self.procs[name] = proc
         return proc

@@ -43,9 +43,9 @@ SETTINGS = settings(max_examples=40, deadline=None, database=None, derandomize=T
                                            HealthCheck.function_scoped_fixture])
 
 
-def node_config(node_id, join=()):
+def node_config(node_id, join=(), **kw):
     return NodeConfig(node_id, gossip_bind=("127.0.0.1", 0), join=tuple(join), partitions=64, replicas=2,
-                      settle_s=0.0, membership=FAST, http_advertise=f"http://{node_id}.test")
+                      settle_s=0.0, membership=FAST, http_advertise=f"http://{node_id}.test", **kw)
 
 
 def document(**app_kwargs):
@@ -98,7 +98,8 @@ def live_cluster(size, **app_kwargs):
 
     async def main():
         async with contextlib.AsyncExitStack() as stack:
-            first = await stack.enter_async_context(Node(node_config("n1")))
+            # (A new cluster: two of these run at once, and each n1 would rejoin the other's members.)
+            first = await stack.enter_async_context(Node(node_config("n1", new_cluster=True)))
             for i in range(2, size + 1):
                 await stack.enter_async_context(Node(node_config(f"n{i}", join=[first.member.bound])))
             await eventually(lambda: len(first.table.members) == size, what="a full view")

@@ -82,6 +82,7 @@ from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable, TableConfig
 from .background import detach
 from .console.events import EventLog
+from .members_file import MembersFile
 from .node_ownership import ExclusiveRunner, Grant, _Hooks
 from .node_thread import MembershipThread
 from .witness_state import StateFile
@@ -135,10 +136,19 @@ class NodeConfig:
     #: Where the witness keeps what it promised across restarts (``witness_state``); None:
     #: it forgets, and a restart waits the quiet time before voting (docs/ownership.md).
     state_dir: str | None = None
+    #: Found a new cluster even if this node's members file lists members of one it was in
+    #: (``placement node --new-cluster``): without it, a node started with no ``join`` seeds
+    #: that was a member of a cluster rejoins that cluster (``members_file``).
+    new_cluster: bool = False
+    #: Where nodes without ``state_dir`` keep their members file; None: ``$PLACEMENT_STATE_HOME``,
+    #: else ``$XDG_STATE_HOME/placement``, else ``~/.local/state/placement``.
+    state_home: str | None = None
 
     def __post_init__(self) -> None:
         if self.ownership not in ("exclusive", "available"):
             raise InvalidConfigError(f"ownership must be 'exclusive' or 'available', got {self.ownership!r}")
+        if self.new_cluster and self.join:
+            raise InvalidConfigError("--new-cluster founds a new cluster, and --join joins a running one: drop one")
         if self.state_dir is not None and self.ownership != "exclusive":
             raise InvalidConfigError("--state-dir keeps a witness's promises, and only exclusive ownership has "
                                      "witnesses: drop --state-dir or --ownership available")
@@ -312,16 +322,20 @@ class Node:
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
         self._state: tuple[StateFile | None, WitnessState | None] = (None, None)  # --state-dir (start)
+        self._seeds: tuple[Addr | DnsSeed, ...] = config.join  # join, or the members on file (start)
+        self._members_file: MembersFile | None = None  # exclusive mode (start)
         self._membership_log = _MembershipLog(config.node_id)
 
     # ----- lifecycle --------------------------------------------------------------------
     async def start(self) -> Node:
         c = self.config
-        if c.state_dir is not None and c.ownership == "exclusive":
+        if c.ownership == "exclusive":
             # Read (and checked) before anything starts: a bad file is a configuration error.
+            self._seeds = self._rejoin_seeds()
+        if c.state_dir is not None and c.ownership == "exclusive":
             state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
             restored = state_file.load()
-            if not c.join:
+            if not self._seeds:
                 state_file.check_founder(restored)
             self._state = (state_file, restored)
         self._thread = MembershipThread(self.config.node_id, self._on_event)
@@ -329,15 +343,39 @@ class Node:
         self._on_event(None, await self._thread.start(self._open))
         if self.security_warning is not None:  # (once the node runs: not for one that failed to bind)
             _log.warning("%s", self.security_warning)
-        if not c.join and c.ownership == "exclusive":
-            # A founder owns every partition at once, under a view of its own: the same command
-            # run again while its cluster runs would found a second cluster beside the first.
-            _survival_log.info("founded a new cluster %r (no --join). To restart this node while the cluster runs, "
-                      "start it with --join to a running member, or start every member with --join and "
-                      "--bootstrap (README, \"Forming a cluster\")", c.cluster)
+        if not self._seeds and c.ownership == "exclusive":
+            assert self._members_file is not None
+            # Bound, so no other process of this node runs: the old cluster's members, if any,
+            # are no way back to this new one.
+            self._members_file.found()
+            _survival_log.info("founded a new cluster %r (no --join). Started again with the same command, this "
+                               "node rejoins it through the members it knew (%s)", c.cluster,
+                               self._members_file.path)
         if self.joined:
             self._join_settled.set()
         return self
+
+    def _rejoin_seeds(self) -> tuple[Addr | DnsSeed, ...]:
+        """The seeds to start with: ``join``; without any, the members this node knew in the
+        cluster it was in (``members_file``), unless ``new_cluster``: the same command run again
+        rejoins that cluster instead of founding a second one."""
+        c = self.config
+        self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir,
+                                         home=c.state_home)
+        on_file = self._members_file.load()
+        if c.join:
+            return c.join
+        if not on_file:
+            return ()
+        if c.new_cluster:
+            _survival_log.warning("--new-cluster: founding a new cluster %r although this node was a member of one "
+                                  "with %s (%s)", c.cluster, ", ".join(sorted(on_file)), self._members_file.path)
+            return ()
+        listed = ", ".join(f"{m} ({a})" for m, a in sorted(on_file.items()))
+        _survival_log.warning("no --join: rejoining cluster %r through the members this node last knew in it, %s "
+                              "(%s), instead of founding a second cluster beside it. To found a new cluster, start "
+                              "with --new-cluster", c.cluster, listed, self._members_file.path)
+        return tuple(self._members_file.seeds())
 
     async def wait_joined(self, timeout_s: float | None = None) -> None:
         """Return once this node has joined (heard from a member through its seeds; at once
@@ -357,16 +395,16 @@ class Node:
         # holds for its old self, so it is not mistaken for its dead predecessor.
         member = await start_member(
             c.membership_config(), c.node_id, bind=c.gossip_bind, advertise=c.gossip_advertise,
-            meta=meta, seeds=c.join, incarnation=int(time.time()),
+            meta=meta, seeds=self._seeds, incarnation=int(time.time()),
         )
         runner = None
         if c.ownership == "exclusive":
             state_file, restored = self._state
             runner = ExclusiveRunner(
-                c.node_id, c.exclusive, c.table_config, founder=not c.join, weight=c.weight, member=member,
+                c.node_id, c.exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
                 hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended, self._t_view),
-                state_file=state_file, restored=restored)
+                state_file=state_file, restored=restored, members_file=self._members_file)
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
         return member, runner
 
@@ -452,9 +490,15 @@ class Node:
         return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 
     @property
+    def seeds(self) -> tuple[Addr | DnsSeed, ...]:
+        """The seeds this node joins through: ``join``, else the members it last knew in its
+        cluster (``members_file``; known once started), else none: it founded a cluster."""
+        return self._seeds
+
+    @property
     def joined(self) -> bool:
         """Heard from another member (or alone by design: started without seeds)."""
-        return self._has_peer or not self.config.join
+        return self._has_peer or not self._seeds
 
     @property
     def ready(self) -> bool:
@@ -469,7 +513,15 @@ class Node:
     def paused(self) -> str | None:
         """Exclusive mode: why this node owns nothing now (no stable view yet, no quorum lease:
         cut off from a majority of the witnesses), or None."""
-        return None if self._runner is None else self._runner.own.fenced_reason
+        if self._runner is None:
+            return None
+        reason = self._runner.own.fenced_reason
+        if reason is not None and self._seeds and not self.config.join and not self._runner.own.lease.stable:
+            assert self._members_file is not None
+            reason += (f"; rejoining cluster {self.config.cluster!r} through the members this node last knew in it "
+                       f"({self._members_file.path}). If every member of that cluster restarted, none founds it: "
+                       "start one of them with --new-cluster")
+        return reason
 
     @property
     def survival(self) -> Survival | None:

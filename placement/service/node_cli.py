@@ -94,8 +94,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         cmd = [sys.executable, "-m", "placement_cli", "node", "--id", f"n{i + 1}",
                "--gossip", f"127.0.0.1:{args.gossip_port + i}", "--http", f"127.0.0.1:{args.http_port + i}",
                "--partitions", str(args.partitions), "--replicas", str(args.replicas), "--work-sink"]
-        if i:
-            cmd += ["--join", seed]
+        # A new cluster each run: n1 founds it whatever its members file says of the last run.
+        cmd += ["--join", seed] if i else ["--new-cluster"]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
         if i == 0:  # the seed must be up before the others join it
             _wait_healthy(f"http://127.0.0.1:{args.http_port}", procs[0])

@@ -36,6 +36,7 @@ class _NodeFlag:
     default: Any
     help: str
     many: bool = False  # repeatable; the variable takes a comma-separated list
+    switch: bool = False  # takes no value (the variable: true/false)
 
     @property
     def dest(self) -> str:
@@ -66,6 +67,10 @@ NODE_FLAGS = (
               "ID,ID,...: members that may form the cluster when every member starts with --join (the same list "
               "on every member, e.g. the first pods of a StatefulSet): a majority of them choose the first stable "
               "view once they see each other (README, \"Forming a cluster\")"),
+    _NodeFlag("--new-cluster", argtypes.boolean, False,
+              "found a new cluster even if this node was a member of one: without --join and without this flag, a "
+              "node that was in a cluster rejoins it through the members it last knew (kept in --state-dir, else "
+              "under ~/.local/state/placement)", switch=True),
     _NodeFlag("--join-timeout", argtypes.number(0, 86400), 0.0,
               "seconds to keep trying to join before exiting with status 5 (default 0: keep trying)"),
     _NodeFlag("--gossip-advertise", argtypes.host_port, None,
@@ -120,6 +125,9 @@ def add_node_arguments(p: argparse.ArgumentParser, witness: bool = False) -> Non
     Defaults are None here: ``config_from_args`` reads the variables then, not when the parser
     is built, so a bad variable is an error of ``node`` alone, naming the variable."""
     for f in WITNESS_FLAGS if witness else NODE_FLAGS:
+        if f.switch:
+            p.add_argument(f.flag, action="store_const", const=True, default=None, help=f"{f.help} [env {f.variable}]")
+            continue
         p.add_argument(f.flag, type=f.parse, action="append" if f.many else "store", default=None,
                        help=f"{f.help} [env {f.variable}]")
     if witness:
@@ -197,6 +205,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
                                   bootstrap=v["bootstrap"]),
         join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], tls_cert=tls_cert, tls_key=tls_key,
+        new_cluster=v["new_cluster"],
     )
     return config, http
 

@@ -47,6 +47,7 @@ from ownership.lease import WitnessState
 from ownership.views import View
 
 from ..table import PlacementTable, TableConfig
+from .members_file import MembersFile
 from .witness_state import StateFile
 
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
@@ -94,7 +95,8 @@ class ExclusiveRunner:
 
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
                  member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0,
-                 state_file: StateFile | None = None, restored: WitnessState | None = None) -> None:
+                 state_file: StateFile | None = None, restored: WitnessState | None = None,
+                 members_file: MembersFile | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -110,6 +112,9 @@ class ExclusiveRunner:
         #: ``--state-dir``: the witness's promises are written there before anything produced
         #: after a change is sent (``placement.service.witness_state``).
         self._state_file = state_file
+        #: Where the members this node knows are kept, so that started again without ``--join``
+        #: it rejoins them (``placement.service.members_file``).
+        self._members_file = members_file
         self._saved_changes = self.own.lease.durable_changes
         self.state_write_errors = 0
         self._older_told = 0
@@ -139,6 +144,8 @@ class ExclusiveRunner:
     def set_view(self, live: list[MemberInfo]) -> None:
         if self.closed:
             return
+        if self._members_file is not None:
+            self._members_file.note(((m.node_id, m.addr) for m in live), self._loop.time())
         view = {m.node_id: m.meta.weight for m in live}
         suspects = [m.node_id for m in live if m.status == SUSPECT]
         self.own.set_view(view, suspects, self._loop.time())

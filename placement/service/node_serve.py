@@ -75,11 +75,13 @@ async def serve(config: NodeConfig, http: tuple[str, int] | None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
-    seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in config.join)
+    seeds = ", ".join(str(s) if isinstance(s, DnsSeed) else f"{s[0]}:{s[1]}" for s in node.seeds)
     role = "witness (weight 0: votes, owns nothing) " if config.weight == 0 else ""
     gossip = node.member.core.advertise  # (the port the system chose for --gossip HOST:0)
     _say(config.node_id, f"{role}gossip {gossip[0]}:{gossip[1]} "
-                         f"http {config.http_advertise or 'off'} joining {seeds or 'nobody (new cluster)'}")
+                         f"http {config.http_advertise or 'off'} "
+                         + (f"joining {seeds}" + (" (the members it last knew; no --join)" if not config.join else "")
+                            if seeds else "joining nobody (new cluster)"))
     started = time.monotonic()
     serving = asyncio.create_task(server.serve(sockets=[sock]) if server is not None and sock is not None
                                   else asyncio.Event().wait())  # (no HTTP: never ends by itself)

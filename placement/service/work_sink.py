@@ -189,7 +189,7 @@ class LocalSinkCluster:
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
             join = (self.nodes[0].member.bound,) if self.nodes else ()
             node = await Node(NodeConfig(f"n{i + 1}", gossip_bind=("127.0.0.1", 0), join=join, partitions=partitions,
-                                         settle_s=0.0, http_advertise=url, **extra)).start()
+                                         new_cluster=not join, settle_s=0.0, http_advertise=url, **extra)).start()
             app = create_sink_app(node)
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
             self.loop.create_task(server.serve(sockets=[sock]))
