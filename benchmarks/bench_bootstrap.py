@@ -14,6 +14,10 @@ Per run, N ``placement node`` processes (P partitions) are started at once and w
   killed and started again with its command: partitions proven owned twice (the goal: 0), and
   seconds until it owns its share again.
 
+Then, in both modes, every node is killed and all are started again with their commands: seconds
+from the kill until every partition is owned again, and partitions proven owned twice meanwhile
+(a founder's cluster forms again by rule 11, ``ownership.core``).
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_bootstrap.py [--nodes 3] [--partitions 64] [--runs 3]
 """
 
@@ -59,6 +63,10 @@ def run(mode: str, nodes: int, partitions: int) -> dict[str, object]:
         extra[names[0]] = ["--join", hosts.gossip(names[1]), "--bootstrap", listed]
     c = Cluster(hosts, partitions, extra_args=extra)
     out: dict[str, object] = {"mode": mode}
+
+    def founder_cmd(name: str) -> None:  # the founder's own command: no --join
+        c.hosts.start(name, ["--id", name, "--gossip", hosts.gossip(name), "--http", hosts.http(name),
+                             "--partitions", str(partitions)])
     try:
         t0 = c.boot()
         seen = _poll(lambda: _view_everywhere(c, 1), 90)
@@ -69,8 +77,7 @@ def run(mode: str, nodes: int, partitions: int) -> dict[str, object]:
         c.hosts.procs[names[0]].wait(10)
         killed = time.monotonic()
         if mode == "founder":
-            c.hosts.start(names[0], ["--id", names[0], "--gossip", hosts.gossip(names[0]),
-                                     "--http", hosts.http(names[0]), "--partitions", str(partitions)])
+            founder_cmd(names[0])
         else:
             c.start(names[0])
         try:
@@ -83,6 +90,19 @@ def run(mode: str, nodes: int, partitions: int) -> dict[str, object]:
         spans = [r.start - killed for r in rounds if r.proven]
         out["owned_twice_partitions"] = len(proven)
         out["owned_twice_for_s"] = round(max(spans) - min(spans), 2) if spans else 0.0
+        # Every node killed, then all started again with their commands (n1 first).
+        for name in names:
+            c.kill(name)
+            c.hosts.procs[name].wait(10)
+        killed = time.monotonic()
+        for name in names:
+            founder_cmd(name) if mode == "founder" and name == names[0] else c.start(name)
+        try:
+            out["all_restarted_owned_s"] = round(c.settled(timeout_s=90).end - killed, 2)
+        except WaitTimeout:
+            out["all_restarted_owned_s"] = None
+        rounds = c.sampler.between(killed, time.monotonic())
+        out["all_restarted_owned_twice"] = len({p for r in rounds for p, _, _ in r.proven})
     finally:
         c.close()
     return out

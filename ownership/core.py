@@ -63,6 +63,15 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
     ``Disown``; ``_run_census``). It is what a partition nobody holds (a right dropped with an
     unclean verdict, a note refused or expired across views) needed to be owned again.
 
+11. **Founding again**: a member restarted without seeds of its own (``may_found``: the node's
+    members file gave it the members it knew) asks every member it sees whether it holds a
+    stable view (``ViewAsk``). One that does answers with it (``Decided``), and this member
+    joins that cluster; it founds only when every member it sees, its view settled and
+    ``2 lease_s`` after its start, answered ``NoView``, none of them forms a view otherwise
+    (a genesis, a restored view) and none that may found has a smaller id. Its first view is
+    numbered by the driver's clock (``first_view``), so epochs rise across the refounding.
+    Alone it waits. What it cannot rule out is a running cluster it cannot reach.
+
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
@@ -86,9 +95,22 @@ from typing import Any
 from placement.table import PlacementTable
 
 from .config import ExclusiveConfig
-from .lease import Install, LeaseMessage, LeaseReq, QuorumLease, WitnessState, is_quorum, view_epoch, witnesses_of
+from .lease import (
+    MAX_FIRST_VIEW,
+    Install,
+    LeaseMessage,
+    LeaseReq,
+    QuorumLease,
+    WitnessState,
+    is_quorum,
+    view_epoch,
+    witnesses_of,
+)
 from .messages import (
     CENSUS_BATCH,
+    FORMS,
+    MAY_FOUND,
+    WAITS,
     Acquired,
     Action,
     Census,
@@ -98,11 +120,13 @@ from .messages import (
     Note,
     NoteAck,
     NoteRefused,
+    NoView,
     Query,
     Redirect,
     Release,
+    ViewAsk,
 )
-from .views import View
+from .views import Decided, View
 
 __all__ = ["Ownership", "Counters"]
 
@@ -167,6 +191,7 @@ class Counters:
     queries: int = 0
     censuses: int = 0  # Census messages sent (rule 10)
     disowned: int = 0  # partitions this member answered a census for
+    refounded: int = 0  # rule 11: clusters this member founded after asking every member it saw
 
 
 class Ownership:
@@ -175,7 +200,7 @@ class Ownership:
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
                  now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None,
-                 incarnation: int | None = None) -> None:
+                 incarnation: int | None = None, may_found: bool = False, first_view: int = 1) -> None:
         self.me = me
         self.config = config
         self._tables = tables
@@ -256,14 +281,33 @@ class Ownership:
         self._out: list[_Outgoing] = []
         self._actions: list[Action] = []
         self.counters = Counters()
+        self._weight = weight
+        #: Rule 11: a member restarted without seeds of its own (the node's members file gave
+        #: them) founds a cluster once every member it sees answers that it holds no view.
+        self._may_found = may_found and not founder and not config.bootstrap
+        self._started = now
+        #: The number of the first view this member founds, if it does so now (later: plus the
+        #: whole seconds since): the driver's clock in seconds, so that the epochs of a cluster
+        #: founded anew (``view_epoch``) are above those of the cluster before it (rule 11).
+        self._first_view = first_view
+        self._ask_round = 0
+        self._ask_basis: frozenset[str] | None = None  # the local view the round asks about
+        self._ask_sent: dict[str, float] = {}
+        self._ask_answers: dict[str, int] = {}  # member -> its ``NoView.role`` in this round
         if founder:
-            # With the founder's own weight: a weight-0 founder (a witness) owns nothing even
-            # in its first view.
-            self.lease.set_stable({me: weight}, now, inc=self._incarnation)
-            self.lease.installs.clear()
-            self._create_after = now  # nobody existed before the founder's first view
-            # Its first round (to itself) confirms a reserve for its first creations (rule 8).
-            self.lease.want(view_epoch(self.lease.num) + 1, now)
+            self._found(now)
+
+    def _found(self, now: float) -> None:
+        """Found a cluster: view 1 of this member alone, of a new incarnation."""
+        self._founder = self.joined = True
+        # With the founder's own weight: a weight-0 founder (a witness) owns nothing even in
+        # its first view.
+        num = min(MAX_FIRST_VIEW, max(1, self._first_view + int(now - self._started)))
+        self.lease.found({self.me: self._weight}, now, self._incarnation, num)
+        self.lease.installs.clear()
+        self._create_after = now  # nobody existed before the founder's first view
+        # Its first round (to itself) confirms a reserve for its first creations (rule 8).
+        self.lease.want(view_epoch(self.lease.num) + 1, now)
 
     # ------------------------------------------------------------------ inputs
 
@@ -321,8 +365,8 @@ class Ownership:
                 self._unanswered.pop((src, p, epoch), None)
         self._update()
 
-    def _receive(self, src: str, msg: Note | NoteRefused | Redirect | Query | Census | Disown | LeaseMessage,
-                 now: float) -> None:
+    def _receive(self, src: str, msg: Note | NoteRefused | Redirect | Query | Census | Disown | ViewAsk | NoView
+                 | LeaseMessage, now: float) -> None:
         """One message other than a ``NoteAck`` (``receive_many`` takes those in one pass)."""
         if isinstance(msg, Note):
             if msg.view < self.lease.num:
@@ -361,6 +405,11 @@ class Ownership:
             self._answer_query(src, msg.partition)
         elif isinstance(msg, Census):
             self._answer_census(src, msg)
+        elif isinstance(msg, ViewAsk):
+            self._answer_ask(src, msg)
+        elif isinstance(msg, NoView):
+            if msg.round == self._ask_round:
+                self._ask_answers[src] = msg.role
         elif isinstance(msg, Disown):
             if msg.view == self.lease.num == self._census_num:
                 for p, epoch in zip(msg.partitions, msg.epochs):
@@ -486,6 +535,7 @@ class Ownership:
         lease.tick(now)
         self._maybe_propose(now)
         self._maybe_bootstrap(now)
+        self._maybe_found(now)
         for ins in lease.installs:
             self._installed(ins, now)
         lease.installs.clear()
@@ -612,6 +662,51 @@ class Ownership:
         witnesses = witnesses_of(genesis.members, self.config.witnesses)
         if is_quorum(self.view.keys() & set(witnesses), witnesses):
             self.lease.propose(self.view, now, self._rank(), inc=self._incarnation)
+
+    def _maybe_found(self, now: float) -> None:
+        """Rule 11: a member that may found (``may_found``) and holds no stable view asks every
+        member it sees (``ViewAsk``, resent until answered, again whenever its view changes). A
+        member that holds a view answers with it (``Decided``): this one installs it, a member
+        of that cluster like any other. It founds only when every member it sees answered
+        ``NoView`` in the current round, its view settled (``stable_after_s``, nobody suspect)
+        and ``2 lease_s`` after its start, none of them forms a view otherwise (a genesis, a view
+        restored from ``--state-dir``: nor does it found with one), and none that may found too
+        has a smaller id (that one founds, and its next view takes the others in). Alone it
+        waits: with nobody to ask, a cluster it was in may run out of its reach."""
+        c = self.config
+        if not self._may_found or self.lease.num or self.leaving or self.lease.views.restored_inc:
+            return  # (a view restored from ``--state-dir``: it resumes that cluster instead)
+        others = self.view.keys() - {self.me}
+        if (not others or self.suspects or now - self._view_changed_at < c.stable_after_s
+                or now < self._started + 2 * c.lease_s):
+            return
+        basis = frozenset(self.view)
+        if basis != self._ask_basis:
+            self._ask_basis, self._ask_round = basis, self._ask_round + 1
+            self._ask_sent, self._ask_answers = {}, {}
+        for m in others - self._ask_answers.keys():
+            if now - self._ask_sent.get(m, -math.inf) >= c.resend_s:
+                self._ask_sent[m] = now
+                self._send(m, ViewAsk(self._ask_round), once=True)
+        if not self._ask_answers.keys() >= others:
+            return
+        roles = self._ask_answers
+        if any(r == FORMS for r in roles.values()) or any(
+                r == MAY_FOUND and m < self.me for m, r in roles.items() if m in others):
+            return
+        self.counters.refounded += 1
+        self._found(now)
+
+    def _answer_ask(self, src: str, msg: ViewAsk) -> None:
+        """Rule 11, the other side: this member's stable view, or what it does without one."""
+        v = self.lease.views.view
+        if self.lease.num:
+            self._send(src, Decided(v.num, v.members, v.weights, v.inc), once=True)
+        else:
+            views = self.lease.views
+            forms = views.genesis is not None or views.restored_inc
+            role = FORMS if forms else MAY_FOUND if self._may_found else WAITS
+            self._send(src, NoView(msg.round, role), once=True)
 
     def _rank(self) -> int:
         """Back-off order of competing proposers: this member's place in the witness ranking."""

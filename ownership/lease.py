@@ -104,6 +104,11 @@ RESERVE_BLOCK = 1 << 16
 VIEW_EPOCHS = 1 << 32
 
 
+#: The highest number a founder may give its first view: its epochs, and those of 2**26 views
+#: after it, stay below the wire's bound on epochs (2**62).
+MAX_FIRST_VIEW = (1 << 62) // VIEW_EPOCHS - (1 << 26) - 1
+
+
 def view_epoch(num: int) -> int:
     """The floor of the fencing epochs created under stable view ``num`` (rule 8)."""
     return num * VIEW_EPOCHS
@@ -355,6 +360,15 @@ class QuorumLease:
         weighted = dict(members) if isinstance(members, Mapping) else dict.fromkeys(members, 1.0)
         view = View.of(self.num + 1, weighted, self.views.view.inc if inc is None else inc)
         self.views.install(view, self._born if now is None else now)
+
+    def found(self, weighted: Mapping[str, float], now: float, inc: int, num: int = 1) -> None:
+        """Install the first view, number ``num``, of a cluster this member founds, of
+        incarnation ``inc``. It votes at once: no promise of a previous process concerns the
+        views of a new incarnation (their ``Prepare``s and ``Accept``s name another base)."""
+        if not 1 <= num <= MAX_FIRST_VIEW:
+            raise ValueError(f"a first view is numbered 1..{MAX_FIRST_VIEW}, not {num}")
+        self._quiet_s = 0.0
+        self.views.install(View.of(num, dict(weighted), inc), now)
 
     def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0) -> None:
         """Propose ``weighted`` as the next stable view (``ownership.views``; ``inc``: the

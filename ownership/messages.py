@@ -14,7 +14,7 @@ from .lease import LeaseMessage
 
 __all__ = [
     "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "NoteRefused", "Redirect", "Query", "Census", "Disown",
-    "Message", "CENSUS_BATCH",
+    "ViewAsk", "NoView", "WAITS", "MAY_FOUND", "FORMS", "Message", "CENSUS_BATCH",
 ]
 
 
@@ -110,7 +110,29 @@ class Disown:
     epochs: tuple[int, ...]
 
 
-Message = Note | NoteAck | NoteRefused | Redirect | Query | Census | Disown | LeaseMessage
+@dataclass(frozen=True)
+class ViewAsk:
+    """Rule 11: the sender holds no stable view and may found a cluster (it was restarted
+    without seeds of its own): does the receiver hold a stable view? Answered with a
+    ``views.Decided`` of that view, or ``NoView``. ``round``: the asker's round, echoed."""
+    round: int
+
+
+#: ``NoView.role``: what a member without a stable view does about it.
+WAITS, MAY_FOUND, FORMS = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class NoView:
+    """Answer to a ``ViewAsk``: the sender holds no stable view. ``role``: it ``WAITS`` to be
+    told one, it ``MAY_FOUND`` one too (rule 11), or it ``FORMS`` one without a founder: the
+    first view with the members of its genesis (``ExclusiveConfig.bootstrap``), or the view it
+    restored from ``--state-dir`` and resumes once a member of that cluster speaks to it."""
+    round: int
+    role: int
+
+
+Message = Note | NoteAck | NoteRefused | Redirect | Query | Census | Disown | ViewAsk | NoView | LeaseMessage
 
 #: Partitions per ``Census`` message (about 4 bytes each: a few datagrams in fragments).
 CENSUS_BATCH = 2048

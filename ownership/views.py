@@ -294,6 +294,12 @@ class StableViews:
         if view.num <= self.view.num:
             return False
         restored = self._restored
+        if restored is not None and view.inc and restored.view.inc and view.inc != restored.view.inc:
+            # Of another cluster of the same name (``heard``). Checked here too, not by numbers
+            # alone: a cluster founded anew numbers its first view by the clock, above the old
+            # cluster's views (``ownership.core``, rule 11).
+            self.foreign_inc = view.inc
+            return False
         if restored is not None and view.num < restored.view.num:
             self.older_refused = max(self.older_refused, view.num)
             return False  # older than a view this acceptor held before it restarted (chosen since)

@@ -27,7 +27,20 @@ from typing import Any, Protocol
 import msgpack
 
 from .lease import Condemn, CondemnReply, LeaseReply, LeaseReq
-from .messages import CENSUS_BATCH, Census, Disown, Message, Note, NoteAck, NoteRefused, Query, Redirect
+from .messages import (
+    CENSUS_BATCH,
+    FORMS,
+    Census,
+    Disown,
+    Message,
+    Note,
+    NoteAck,
+    NoteRefused,
+    NoView,
+    Query,
+    Redirect,
+    ViewAsk,
+)
 from .views import Accept, Accepted, Decided, Prepare, Promise
 
 __all__ = ["MAGIC", "encode", "encode_many", "decode", "decode_many", "Reassembler"]
@@ -109,6 +122,8 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     14: (Census, (_EPOCH, _PARTITIONS)),
     15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
     16: (NoteRefused, (_PARTITION, _EPOCH)),
+    17: (ViewAsk, (_EPOCH,)),
+    18: (NoView, (_EPOCH, _uint(FORMS + 1))),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 #: kind -> where its fields that travel as lists are tuples in the class
@@ -116,9 +131,14 @@ _TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES
              for kind, (_, checks) in _KINDS.items()}
 #: class -> (kind, getter of its fields in order): asking ``dataclasses.fields`` for every
 #: message sent was most of the encoding's cost (a witness answers every member each second).
-#: Every class has two fields or more, so each getter returns a tuple.
-_ENCODE = {cls: (kind, operator.attrgetter(*(f.name for f in dataclasses.fields(cls))))
-           for kind, (cls, _) in _KINDS.items()}
+def _getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A tuple of the fields of a message, in order (``attrgetter`` of one name returns the value)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    get = operator.attrgetter(*names)
+    return get if len(names) > 1 else lambda msg: (get(msg),)
+
+
+_ENCODE = {cls: (kind, _getter(cls)) for kind, (cls, _) in _KINDS.items()}
 
 
 #: Messages are packed together up to about this many bytes per datagram (below a 1,500-byte

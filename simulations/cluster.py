@@ -57,6 +57,10 @@ class SwimSystem:
         #: them, by node id: kept across crashes and given to the restarted process, as
         #: ``--state-dir`` does. None (the default): a restarted process forgets them.
         self.durable: dict[str, WitnessState] | None = None
+        #: Restarted processes rejoin through the members they knew (the node's members file)
+        #: and may found (rule 11), as a node restarted without ``--join``; False: through
+        #: running members, as with ``--join``.
+        self.rejoin_files = False
 
     def attach(self, cluster: Cluster) -> None:
         self.config = dataclasses.replace(self.config, cluster_settings=cluster.placement.fingerprint())
@@ -79,7 +83,8 @@ class SwimSystem:
                         placement=cluster.placement, seeds=lambda: cluster.seed_addrs(node_id),
                         on_event=cluster.metrics.member_event, clock_offset_s=offset,
                         exclusive=self.exclusive, drain_s=self.drain_s,
-                        on_ownership=cluster.metrics.ownership, durable=self.durable)
+                        on_ownership=cluster.metrics.ownership, durable=self.durable,
+                        rejoin_files=self.rejoin_files)
 
     def settled(self, cluster: Cluster) -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]

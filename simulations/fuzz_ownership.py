@@ -56,14 +56,16 @@ def wide_schedule(seed: int, nodes_range: tuple[int, int] = (3, 12)) -> tuple[in
 def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0, *,
         epochs_invariant: bool = True, wide: bool = False,
         nodes_range: tuple[int, int] = (3, 12), durable_state: bool = False,
-        bootstrap: bool = False) -> dict[str, Any]:
+        bootstrap: bool = False, rejoin_files: bool = False) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
     epoch regression and counts it (``epoch_regressions``). ``wide``: the wider schedules of
     ``wide_schedule`` (``nodes`` is then drawn from ``nodes_range``). ``settled_at`` in the
     result: when the last fault ended (the heal, or a freeze that outlasted it), after warm-up.
     ``durable_state``: a restarted witness gets back the promises its previous process
-    persisted (``--state-dir``), and so takes part in choosing views at once."""
+    persisted (``--state-dir``), and so takes part in choosing views at once. ``rejoin_files``:
+    every restart rejoins through the members its previous process knew and may found a
+    cluster (rule 11), as a node restarted without ``--join``."""
     if wide:
         nodes, faults = wide_schedule(seed, nodes_range)
     else:
@@ -147,7 +149,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
 
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
                           system="swim-exclusive", before_run=before_run, durable_state=durable_state,
-                          bootstrap=bootstrap)
+                          bootstrap=bootstrap, rejoin_files=rejoin_files)
     result["schedule"] = faults
     result["nodes"] = nodes
     result["quorum_at_end"] = quorum_at_end(clusters[0])
@@ -199,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap", action="store_true",
                    help="no founder: every node starts as with --join, and the first three are the "
                         "--bootstrap list that chooses the first stable view (README, \"Forming a cluster\")")
+    p.add_argument("--rejoin-file", action="store_true",
+                   help="every restart rejoins through the members it knew (its members file) and may found a "
+                        "cluster when every member it sees holds no view, as a node restarted without --join")
     args = p.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     lo, hi = map(int, args.nodes_range.split(":"))
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
                     wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state,
-                    bootstrap=args.bootstrap)
+                    bootstrap=args.bootstrap, rejoin_files=args.rejoin_file)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:
                 regressed += 1

@@ -145,8 +145,15 @@ class SwimNode(Node):
                  on_event: Callable[[SwimNode, MemberEvent], None], clock_offset_s: float = 0.0,
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
                  on_ownership: Callable[[SwimNode, object], None] | None = None,
-                 durable: dict[str, WitnessState] | None = None) -> None:
+                 durable: dict[str, WitnessState] | None = None, rejoin_files: bool = False) -> None:
         super().__init__(sim, node_id, index, weight)
+        #: A restarted process rejoins through the members its previous process knew live when
+        #: it stopped (the node's members file, ``placement.service.members_file``) instead of
+        #: through running members, and may found a cluster (rule 11), as a node restarted
+        #: without ``--join`` does. ``_known``: those members' addresses (None: never ran).
+        self.rejoin_files = rejoin_files
+        self._known: list[tuple[str, int]] | None = None
+        self._live_addrs: dict[str, tuple[str, int]] = {}  # this process's live others
         #: Stable storage of witness promises, by node id (``SwimSystem.durable``): what a
         #: process wrote before sending is what its restart gets back. None: forgotten.
         self.durable = durable
@@ -187,6 +194,12 @@ class SwimNode(Node):
         self._view_version += 1
         self._timer_at = None
         seeds = self._seeds()
+        self._live_addrs = {}
+        if self.rejoin_files and self._known is None:
+            self._known = []  # a first start: an empty members file
+        rejoining = self.rejoin_files and bool(self._known) and self.exclusive is not None
+        if rejoining:
+            seeds = list(self._known or ())
         # A process claims partitions only once it has joined (heard from a member), as the
         # node's composition root does; alone, it would briefly claim every partition. The
         # first node of a cluster (no seeds) owns from the start.
@@ -200,7 +213,8 @@ class SwimNode(Node):
             # (A founder starts a new cluster: the node refuses to found one over kept promises.)
             restored = None if self.durable is None or founder else self.durable.get(self.node_id)
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
-                                 weight=self.weight, restored=restored)
+                                 weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
+                                 first_view=1 + int(now))  # (the simulated clock: 1 at the start)
             self._durable_changes = self.own.lease.durable_changes
             self._fragments = wire.Reassembler()  # a new process: nothing half-received
             self.own.set_view(self.view, (), now)
@@ -322,6 +336,14 @@ class SwimNode(Node):
             view = self.view
             # Only a change of the live set or a weight is a new view (alive <-> suspect
             # and incarnation bumps are not), so placement is not recomputed for nothing.
+            if self.rejoin_files and m.node_id != self.node_id:
+                # The members file: rewritten while others are live, never emptied (``note``).
+                if m.status in ("alive", "suspect"):
+                    self._live_addrs[m.node_id] = m.addr
+                else:
+                    self._live_addrs.pop(m.node_id, None)
+                if self._live_addrs:
+                    self._known = list(self._live_addrs.values())
             if m.status in ("alive", "suspect"):
                 if view.get(m.node_id) != m.meta.weight:
                     view[m.node_id] = m.meta.weight

@@ -115,6 +115,17 @@ def rolling_restart(cluster: Cluster, duration_s: float, down_s: float = 5.0, ev
         _later(cluster, t + down_s, cluster.restart, [node_id])
 
 
+@scenario("restart-all", "kill -9 every node at t=10, start them again in random order over `spread_s` "
+          "seconds from `down_s` later (with rejoin_files: each through the members it knew, none founding "
+          "while another holds a view)", nodes=8, duration_s=90.0)
+def restart_all(cluster: Cluster, duration_s: float, down_s: float = 3.0, spread_s: float = 5.0) -> None:
+    ids = _ids(cluster)
+    _later(cluster, 10.0, cluster.crash, ids)
+    rng = cluster.sim.scenario_rng
+    for node_id in ids:
+        _later(cluster, 10.0 + down_s + rng.uniform(0, spread_s), cluster.restart, [node_id])
+
+
 @scenario("split", "network partition at t=10 for `split_s` seconds, then heal; `fraction` of the nodes "
           "on one side (0.5: 50/50, 0.7: 70/30)", nodes=16, duration_s=120.0)
 def split(cluster: Cluster, duration_s: float, split_s: float = 60.0, fraction: float = 0.5) -> None:
@@ -237,9 +248,12 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None,
-                 check_cores: bool = True, durable_state: bool = False, bootstrap: bool = False) -> dict[str, Any]:
+                 check_cores: bool = True, durable_state: bool = False, bootstrap: bool = False,
+                 rejoin_files: bool = False) -> dict[str, Any]:
     """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
     ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``).
+    ``rejoin_files``: restarts rejoin through the members they knew and may found, as nodes
+    restarted without ``--join`` (``SwimSystem.rejoin_files``).
     ``bootstrap``: nobody founds the cluster; the first three nodes are the ``--bootstrap`` list
     (README, "Forming a cluster").
 
@@ -267,6 +281,10 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
         if not hasattr(sys_, "durable"):
             raise ValueError(f"system {system!r} has no witnesses to keep state for")
         sys_.durable = {}
+    if rejoin_files:
+        if getattr(sys_, "exclusive", None) is None:
+            raise ValueError(f"system {system!r} has no members files (exclusive ownership only)")
+        sys_.rejoin_files = True
     if bootstrap:
         if getattr(sys_, "exclusive", None) is None:
             raise ValueError(f"system {system!r} has no stable views to bootstrap")

@@ -135,7 +135,7 @@ class Cluster:
                 "--partitions", str(self.partitions)]
         if name != self.names[0]:
             args += ["--join", self.hosts.gossip(self.names[0])]
-        elif name in self.hosts.procs:  # the seed restarted: alone it would found a second cluster
+        elif name in self.hosts.procs:  # the seed restarted (its members file would lead it back too)
             args += ["--join", self.hosts.gossip(self.names[1])]
         args += self.extra_args.get(name, ())
         self.hosts.start(name, args, "witness" if name in self.witnesses else "node")

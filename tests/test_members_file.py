@@ -138,9 +138,9 @@ def test_new_cluster_founds_a_second_cluster_the_hazard_the_file_prevents(tmp_pa
 
 
 def test_a_node_whose_members_are_all_gone_waits_and_says_how_to_found_anew() -> None:
-    """The other side of the rule: nobody on file answers (the whole cluster is gone, or every
-    member restarted waiting for this one). It owns nothing and says what to do; with
-    ``new_cluster`` it founds, and the file is emptied."""
+    """The other side of the rule: nobody on file answers (the whole cluster is gone, or out of
+    reach). It owns nothing and says what to do; with ``new_cluster`` it founds, and the file
+    is emptied."""
     async def run() -> None:
         gone = MembersFile(cluster="placement", node="n1")
         gone.note([("n2", ("127.0.0.1", 9))], now=0.0)
@@ -149,7 +149,8 @@ def test_a_node_whose_members_are_all_gone_waits_and_says_how_to_found_anew() ->
             assert waiting.seeds == (("127.0.0.1", 9),) and not waiting.joined
             await eventually(lambda: waiting.paused is not None, what="a reason to own nothing")
             reason = waiting.paused or ""
-            assert "no stable view yet" in reason and "start one of them with --new-cluster" in reason
+            assert "no stable view yet" in reason and "waits while it reaches none" in reason
+            assert "start it with --new-cluster" in reason
             assert waiting.owned_partitions() == frozenset()
         finally:
             waiting.close()

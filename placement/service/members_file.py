@@ -14,9 +14,10 @@ its cluster UUID in its data path:
   (``note``, on the membership thread, before the ownership core hears of the change: the first
   member that joins a founder is on file before any stable view could name it, in practice; a
   member's ownership datagrams could in principle arrive before its join event is pumped);
-* a node started with no seeds (``NodeConfig.join`` empty, no ``bootstrap``) that finds other
-  members on file rejoins through them (``seeds``), as if started with ``--join``, and logs it;
-  with no other member on file (a first start, or a cluster of one) it founds, as before;
+* a node started with no seeds (``NodeConfig.join`` empty) that finds other members on file
+  rejoins through them (``seeds``), as if started with ``--join``, and logs it; if every member
+  it reaches holds no stable view (the whole cluster restarted) it founds one (``ownership.core``,
+  rule 11); with no other member on file (a first start, or a cluster of one) it founds at once;
 * ``--new-cluster`` (``NodeConfig.new_cluster``) founds a new cluster whatever the file says:
   the launcher of a whole new cluster (``placement cluster``, the benchmarks) passes it.
 

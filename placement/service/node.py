@@ -373,8 +373,9 @@ class Node:
             return ()
         listed = ", ".join(f"{m} ({a})" for m, a in sorted(on_file.items()))
         _survival_log.warning("no --join: rejoining cluster %r through the members this node last knew in it, %s "
-                              "(%s), instead of founding a second cluster beside it. To found a new cluster, start "
-                              "with --new-cluster", c.cluster, listed, self._members_file.path)
+                              "(%s), instead of founding a second cluster beside it; if every member it reaches holds "
+                              "no view (all restarted), it founds one. To found a new cluster now, start with "
+                              "--new-cluster", c.cluster, listed, self._members_file.path)
         return tuple(self._members_file.seeds())
 
     async def wait_joined(self, timeout_s: float | None = None) -> None:
@@ -404,7 +405,8 @@ class Node:
                 c.node_id, c.exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
                 cluster=c.cluster, keys=c.membership_config().keys,
                 hooks=_Hooks(self._t_acquired, self._t_release, self._t_ended, self._t_view),
-                state_file=state_file, restored=restored, members_file=self._members_file)
+                state_file=state_file, restored=restored, members_file=self._members_file,
+                may_found=bool(self._seeds) and not c.join)
         self._member, self._runner = member, runner  # before the founder's first acquisitions reach the app
         return member, runner
 
@@ -519,8 +521,9 @@ class Node:
         if reason is not None and self._seeds and not self.config.join and not self._runner.own.lease.stable:
             assert self._members_file is not None
             reason += (f"; rejoining cluster {self.config.cluster!r} through the members this node last knew in it "
-                       f"({self._members_file.path}). If every member of that cluster restarted, none founds it: "
-                       "start one of them with --new-cluster")
+                       f"({self._members_file.path}): it founds a new cluster once every member it reaches says it "
+                       "holds no view (they all restarted), and waits while it reaches none. To found one now, "
+                       "start it with --new-cluster")
         return reason
 
     @property

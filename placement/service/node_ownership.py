@@ -53,6 +53,10 @@ from .witness_state import StateFile
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
 
 _log = logging.getLogger("placement.node")
+#: 2020-01-01 UTC: a founder numbers its first view by the seconds since, so that the fencing
+#: epochs of a cluster founded anew (after every member restarted without ``--state-dir``)
+#: are above those of the cluster before it (``ownership.core``, rule 11).
+_FIRST_VIEW_ORIGIN = 1577836800
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class ExclusiveRunner:
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
                  member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0,
                  state_file: StateFile | None = None, restored: WitnessState | None = None,
-                 members_file: MembersFile | None = None) -> None:
+                 members_file: MembersFile | None = None, may_found: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -108,7 +112,8 @@ class ExclusiveRunner:
         # A founder draws the cluster's incarnation (``ownership.views.View.inc``): a cluster
         # founded anew under the same name is then told apart from the old one.
         self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
-                             restored=restored, incarnation=secrets.randbits(61) + 1)
+                             restored=restored, incarnation=secrets.randbits(61) + 1, may_found=may_found,
+                             first_view=max(1, int(time.time()) - _FIRST_VIEW_ORIGIN))
         #: ``--state-dir``: the witness's promises are written there before anything produced
         #: after a change is sent (``placement.service.witness_state``).
         self._state_file = state_file
