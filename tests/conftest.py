@@ -1,11 +1,18 @@
-"""One SparkSession and one Spark standalone cluster for the whole test run (each costs 10-30 s to start);
-only the Spark fixtures live here."""
+"""One SparkSession and one Spark standalone cluster for the whole test run (each costs 10-30 s to start),
+and where the nodes of each test keep their members files."""
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Nodes keep members files (``placement.service.members_file``) under $PLACEMENT_STATE_HOME, by
+# default in the user's home: a test run must not leave files there, nor read those of a run
+# before. Set at import, so environments copied before any fixture runs have it too; each test
+# gets a directory of its own below (``_members_files``).
+os.environ["PLACEMENT_STATE_HOME"] = tempfile.mkdtemp(prefix="placement-test-state-")
 
 
 def pytest_report_header() -> str:

@@ -24,7 +24,9 @@ from test_cluster_processes import free_ports, poll
 
 pytestmark = pytest.mark.slow
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    """The environment now (the test's own ``PLACEMENT_STATE_HOME``, conftest), unbuffered."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
 def interrupt_as_a_terminal_does() -> None:
@@ -57,7 +59,7 @@ class NodeProcess:
         if http_host != "127.0.0.1":
             cmd += ["--http-advertise", self.url]
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(cmd, env={**ENV, **(env or {})}, stdout=out, stderr=err,
+            self.proc = subprocess.Popen(cmd, env=_env(env), stdout=out, stderr=err,
                                          stdin=subprocess.DEVNULL)
 
     @property
@@ -185,7 +187,7 @@ def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_pa
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "placement_cli", "cluster", "--nodes", "2",
                                  "--partitions", "64", "--gossip-port", str(gossip), "--http-port", str(http)],
-                                env=ENV, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=_env(None), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=interrupt_as_a_terminal_does)
     try:
         poll(lambda: all(httpx.get(u + "/readyz", timeout=2).status_code == 200 for u in urls), 40, "2 nodes ready")
