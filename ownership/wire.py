@@ -218,17 +218,32 @@ def encode(src: str, msg: Message, *, cluster: str = "", keyring: Keyring | None
     return _datagram(_head(cluster, src), [_packed(msg)], keyring)
 
 
+#: kind -> how many of its leading fields have no default: a message from an older version may
+#: end after them (the rest take their defaults); one from a newer version may carry more
+#: fields after those this version knows (ignored). So a field is added at the end, with a
+#: default that means "the sender did not say", and a rolling upgrade mixes versions.
+_REQUIRED = {kind: sum(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                       for f in dataclasses.fields(cls))
+             for kind, (cls, _) in _KINDS.items()}
+def _unknown(item: Any) -> bool:
+    """A message of a kind this version does not know (a newer version's): skipped and counted
+    by ``decode_many`` while the rest of its datagram is read."""
+    return (isinstance(item, list) and bool(item) and type(item[0]) is int and 0 <= item[0] < 1 << 16
+            and item[0] not in _KINDS and item[0] != FRAGMENT)
+
+
 def _message(item: Any) -> Message | None:
     if not isinstance(item, list) or not item or type(item[0]) is not int or item[0] not in _KINDS:
         return None
     cls, checks = _KINDS[item[0]]
-    values = item[1:]
-    if len(values) != len(checks) or not all(map(operator.call, checks, values)):
+    values = item[1:1 + len(checks)]
+    if len(values) < _REQUIRED[item[0]] or not all(map(operator.call, checks, values)):
         return None
     if cls is Disown and len(values[1]) != len(values[2]):
         return None
     for i in _TUPLE_AT[item[0]]:
-        values[i] = tuple(values[i])
+        if i < len(values):
+            values[i] = tuple(values[i])
     return cls(*values)
 
 
@@ -274,11 +289,13 @@ def _fragment(item: Any) -> tuple[int, int, int, bytes] | None:
 
 
 def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = None,
-                reassembler: Reassembler | None = None) -> tuple[str, list[Message]] | None:
+                reassembler: Reassembler | None = None,
+                counts: dict[str, int] | None = None) -> tuple[str, list[Message]] | None:
     """``(sender id, messages)``, or ``None`` for anything malformed (any message in it),
     unsealed when a keyring is set, sealed with another key, or of another cluster. Fragments
     go to ``reassembler`` (without one they are malformed); the messages list may then be
-    empty until the last fragment of a message arrives."""
+    empty until the last fragment of a message arrives. Messages of a kind this version does
+    not know are skipped and counted in ``counts["unknown_kind"]`` (``_REQUIRED``)."""
     if not data.startswith(MAGIC):
         return None
     raw = data[len(MAGIC):]
@@ -302,6 +319,10 @@ def decode_many(data: bytes, *, cluster: str = "", keyring: Keyring | None = Non
             whole = reassembler.add(body[1], *frag)  # type: ignore[union-attr]
             if whole is not None:
                 msgs.append(whole)
+            continue
+        if _unknown(item):
+            if counts is not None:
+                counts["unknown_kind"] = counts.get("unknown_kind", 0) + 1
             continue
         msg = _message(item)
         if msg is None:

@@ -1,6 +1,7 @@
 """Fragments of ownership messages larger than a datagram (ownership.wire): a view of
 hundreds of members round-trips in any order; a lost fragment loses the message (never a wrong
-one); garbage and endless partial messages cost bounded memory and are counted."""
+one); garbage and endless partial messages cost bounded memory and are counted. And versions mixed
+on the wire (a rolling upgrade)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,25 @@ def test_a_datagram_is_what_msgpack_makes_of_the_whole_body() -> None:
     for n in (1, 15, 16, 40):
         (data,) = encode_many("n1", [NoteAck(i, i + 1) for i in range(n)], cluster="c")
         assert data == MAGIC + msgpack.packb(["c", "n1", [[1, i, i + 1] for i in range(n)]], use_bin_type=True)
+
+
+def _datagram(*items: list) -> bytes:
+    return MAGIC + msgpack.packb(["c", "n1", list(items)], use_bin_type=True)
+
+
+def test_versions_mix_a_newer_kind_is_skipped_and_counted_newer_fields_ignored_older_ones_defaulted() -> None:
+    """A rolling upgrade mixes versions on the wire. A message of a kind this version does not
+    know is skipped (counted) and the rest of its datagram read; a known message with fields
+    appended by a newer version is read without them; one from an older version, without its
+    trailing fields that have defaults, takes the defaults. A known kind with a bad field, or
+    without a field that has no default, still drops the whole datagram."""
+    from ownership.lease import LeaseReq
+
+    counts: dict[str, int] = {}
+    got = decode_many(_datagram([99, "a field of the future"], [1, 5, 6], [1, 7, 8, "later"]), cluster="c",
+                      counts=counts)
+    assert got == ("n1", [NoteAck(5, 6), NoteAck(7, 8)]) and counts == {"unknown_kind": 1}
+    old_request = decode_many(_datagram([4, 3, 1, 77]), cluster="c")  # seq, generation, stable: no more
+    assert old_request == ("n1", [LeaseReq(3, 1, 77)])  # (its inc, members, ...: the defaults)
+    for bad in ([1, 5], [1, 5, -1], [1, "5", 6], [-1, 2], [13, 1, 0, 2, b"x"]):
+        assert decode_many(_datagram([1, 5, 6], bad), cluster="c") is None, bad

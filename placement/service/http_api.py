@@ -338,6 +338,9 @@ class _NodeCollector:
             for name, value in sorted(ownership["counters"].items()):
                 yield CounterMetricFamily(f"placement_ownership_{name}", f"Exclusive ownership counter {name}",
                                           value=value)
+            yield CounterMetricFamily("placement_ownership_unknown_messages", "Ownership messages of kinds this "
+                                      "version does not know (from a newer member), skipped",
+                                      value=ownership.get("unknown_messages", 0))
             yield CounterMetricFamily("placement_handoff_dropped_datagrams", "Handoff datagrams dropped (malformed, "
                                       "another cluster, not sealed with our keys)", value=ownership["dropped"])
             yield GaugeMetricFamily("placement_ownership_lease_valid_seconds", "Seconds the quorum lease still runs",

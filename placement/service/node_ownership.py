@@ -181,7 +181,7 @@ class ExclusiveRunner:
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
         decoded = wire.decode_many(data, cluster=self._cluster, keyring=self._keyring,
-                                           reassembler=self._fragments)
+                                   reassembler=self._fragments, counts=self.dropped)
         if decoded is None:
             self.dropped["malformed"] += 1  # garbage, another cluster, or not sealed with our keys
             return
@@ -238,6 +238,8 @@ class ExclusiveRunner:
             "quiet_for_s": max(0.0, own.lease.views.quiet_until - now),
             "counters": dataclasses.asdict(own.counters),
             "dropped": self.dropped["malformed"] + self._fragments.dropped,
+            # Messages of kinds this version does not know, skipped (a newer member: an upgrade).
+            "unknown_messages": self.dropped.get("unknown_kind", 0),
             **({} if self._state_file is None else {"state_writes": self._state_file.writes,
                                                     "state_write_errors": self.state_write_errors}),
         }
