@@ -5,6 +5,7 @@ own view says at once), whose rules - join gate, declared-dead hold-down - are t
 default exclusive mode is tested in tests/test_node_exclusive.py."""
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable
 
@@ -244,8 +245,8 @@ def test_node_declared_dead_releases_everything_then_reacquires_after_holddown()
         log.clear()
         cfg = n2.config.membership_config()
         lie = forge(cfg, "zz", [Dead("n2", n2.member.core.incarnation, "zz")])
-        assert n2._thread is not None
-        await n2._thread.call(n2.member.datagram_received, lie, ("127.0.0.1", 9))  # where the member runs
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:  # a forged datagram, from the network
+            stranger.sendto(lie, n2.member.bound)
         await eventually(lambda: n2.declared_dead_count == 1, what="DeclaredDead handled")
         assert n2.owned_partitions() == frozenset() and not n2.owns("anything")
         assert sorted(log) == [("released", p) for p in sorted(held)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,12 @@ def _view_num(node: Node) -> int:
     num = node.ownership_status()["stable_view"]
     assert isinstance(num, int)
     return num
+
+
+def _number(node: Node, key: str) -> float:
+    value = node.ownership_status()[key]
+    assert isinstance(value, (int, float)), (key, value)
+    return value
 
 
 def _state(path: Path, node: str):
@@ -48,23 +53,22 @@ def test_the_state_file_is_written_read_back_and_spares_the_restart_its_quiet_ti
                          == _view_num(n3), what="n3's file to follow its view")
         kept = _state(dirs["n3"] / FILE_NAME, "n3")
         assert kept.views.view.members == ("n1", "n2", "n3")
-        assert n3._runner is not None and n3._runner.status()["state_writes"] >= 1
+        assert _number(n3, "state_writes") >= 1
         n3.close()  # as kill -9
         again = Node(config("n3", join=[first.member.bound], state_dir=str(dirs["n3"])))
         await again.start()
-        runner = again._runner
-        assert runner is not None
-        # Its previous promises are back, and it takes no quiet time: it votes at once.
-        assert runner.own.lease.durable_state().views.view.num >= kept.views.view.num
+        # Its previous promises are back (written again at start), and it takes no quiet time:
+        # it votes at once.
+        assert _state(dirs["n3"] / FILE_NAME, "n3").views.view.num >= kept.views.view.num
         await eventually(lambda: _view_num(again) >= kept.views.view.num,
                          what="the restarted witness to learn its view")
-        assert runner.own.lease.views.quiet_until == -math.inf
+        assert again.ownership_status()["quiet_for_s"] == 0.0 and again.ownership_status()["forgetful"] is False
         # Without a state dir, the same restart waits the quiet time (2 lease_s) before voting.
         again.close()
         forgetful = await Node(config("n3", join=[first.member.bound])).start()
         await eventually(lambda: _view_num(forgetful) >= kept.views.view.num,
                          what="the forgetful restart to learn its view")
-        assert forgetful._runner is not None and forgetful._runner.own.lease.views.quiet_until > -math.inf
+        assert _number(forgetful, "quiet_for_s") > 0 and forgetful.ownership_status()["forgetful"] is True
         forgetful.close()
         for n in nodes[:2]:
             await n.leave()

@@ -492,6 +492,13 @@ class Node:
         return self._thread.app_lag.lag_s if self._thread is not None else 0.0
 
     @property
+    def lease_valid_until(self) -> float | None:
+        """Exclusive mode: the ``time.monotonic()`` instant this node's quorum lease ends, as last
+        renewed (work started on a partition must end by then: ``may_work`` turns False the
+        instant it passes); None in available mode."""
+        return None if self._runner is None else self._runner.holding.valid_until
+
+    @property
     def seeds(self) -> tuple[Addr | DnsSeed, ...]:
         """The seeds this node joins through: ``join``, else the members it last knew in its
         cluster (``members_file``; known once started), else none: it founded a cluster."""
