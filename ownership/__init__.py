@@ -7,7 +7,9 @@ code. The rules, what they guarantee and under which assumptions: docs/ownership
 
 ``views``     the numbered stable views, each chosen by the witnesses of the one before (Paxos)
 ``lease``     the quorum lease from those witnesses, condemnation, fencing-epoch reserves
-``core``      ``Ownership``: handoffs, takeovers, taking back, the census (rules 1-10)
+``core``      ``Ownership``: handoffs, takeovers, taking back, the census, founding again (rules 1-11)
+``protocol``  ``OwnershipProtocol``: the core in membership's shape, datagrams in and out; the
+              node and the simulator drive this same shell
 ``messages``  the core's actions (``Acquired``, ``Release``, ``Ended``) and handoff messages
 ``config``    ``ExclusiveConfig``, the rules' timing
 ``wire``      the datagram form of every ownership message (fragments, optional AES-GCM)
@@ -30,13 +32,16 @@ from .messages import (
     Note,
     NoteAck,
     NoteRefused,
+    NoView,
     Query,
     Redirect,
     Release,
+    ViewAsk,
 )
+from .protocol import OwnershipProtocol
 
 __all__ = [
-    "ExclusiveConfig", "Ownership", "Counters",
+    "ExclusiveConfig", "Ownership", "OwnershipProtocol", "Counters",
     "Acquired", "Release", "Ended", "Action", "Note", "NoteAck", "NoteRefused", "Redirect", "Query", "Census", "Disown",
-    "Message", "CENSUS_BATCH",
+    "ViewAsk", "NoView", "Message", "CENSUS_BATCH",
 ]

@@ -29,6 +29,7 @@ from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
 from ownership import Ended, ExclusiveConfig, Ownership, Release, wire
 from ownership.lease import WitnessState
+from ownership.protocol import OwnershipProtocol
 from placement import PlacementTable
 
 __all__ = ["Node", "SwimNode", "PlacementSettings"]
@@ -157,14 +158,13 @@ class SwimNode(Node):
         #: Stable storage of witness promises, by node id (``SwimSystem.durable``): what a
         #: process wrote before sending is what its restart gets back. None: forgotten.
         self.durable = durable
-        self._durable_changes = -1
         #: Exclusive ownership (``ownership.core``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).
         self.exclusive = exclusive
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
         self.own: Ownership | None = None
-        self._fragments = wire.Reassembler()
+        self.proto: OwnershipProtocol | None = None
         self._view_dirty = False
         self._owned_version = 0
         self._swim_leave_started = False
@@ -215,9 +215,9 @@ class SwimNode(Node):
             self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
                                  weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
                                  first_view=1 + int(now))  # (the simulated clock: 1 at the start)
-            self._durable_changes = self.own.lease.durable_changes
-            self._fragments = wire.Reassembler()  # a new process: nothing half-received
-            self.own.set_view(self.view, (), now)
+            # The node's shell around the rules (decoding, packing, promises kept before sending).
+            self.proto = OwnershipProtocol(self.own, persist=None if self.durable is None else self._persist)
+            self.proto.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
 
@@ -245,7 +245,7 @@ class SwimNode(Node):
             end = min(self.sim.now, self.own.valid_until)
             for p, o in self.own.owned.items():
                 self._on_ownership(self, Ended(p, o.epoch, end))
-        self.own = None
+        self.own = self.proto = None
         super().crash()
         self.core = None
         self.view = {}
@@ -257,7 +257,8 @@ class SwimNode(Node):
             return
         self.leaving = True
         if self.own is not None:
-            self.own.leave(self.sim.now)  # the membership leave follows once all is handed off
+            assert self.proto is not None
+            self.proto.leave(self.sim.now)  # the membership leave follows once all is handed off
         else:
             assert self.core is not None  # up: the process runs its core
             self.core.leave(self.sim.now)
@@ -281,12 +282,10 @@ class SwimNode(Node):
     # ------------------------------------------------------------------ driving the core
 
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
-        own = self.own
-        if own is not None:
+        proto = self.proto
+        if proto is not None and self.own is not None:
             if data[:2] == wire.MAGIC:
-                decoded = wire.decode_many(data, reassembler=self._fragments)
-                if decoded is not None:
-                    own.receive_many(decoded[0], decoded[1], self.sim.now)
+                proto.receive_datagram(data, self.sim.now)
                 self._flush()
                 return
         assert self.core is not None  # the engine delivers to a running process only
@@ -311,24 +310,30 @@ class SwimNode(Node):
         if self.lag_s:
             core.report_loop_lag(self.lag_s, self.sim.now)
         core.handle_timer(self.sim.now)
-        if self.own is not None:
-            self.own.handle_timer(self.sim.now)
+        if self.proto is not None:
+            self.proto.handle_timer(self.sim.now)
         self._flush()
 
+    def _persist(self, state: WitnessState) -> bool:
+        """Kept before anything is sent, as ``--state-dir`` does (``ExclusiveRunner``)."""
+        assert self.durable is not None
+        self.durable[self.node_id] = state
+        return True
+
     def _releases_done(self, released: list[tuple[int, int]]) -> None:
-        own = self.own
-        if own is None:
+        own, proto = self.own, self.proto
+        if own is None or proto is None:
             return
         done = [(p, {"checkpoint": epoch}) for p, epoch in released if p in own.owned and own.owned[p].epoch == epoch]
         if done:
-            own.releases_done(done, self.sim.now)
+            proto.releases_done(done, self.sim.now)
             self._flush()
 
     def _event(self, ev) -> None:
         """One event of the membership core: the placement view, the ownership core, metrics."""
         own = self.own
-        if isinstance(ev, DeclaredDead) and own is not None:
-            own.declared_dead(self.sim.now)
+        if isinstance(ev, DeclaredDead) and self.proto is not None:
+            self.proto.declared_dead(self.sim.now)
         if isinstance(ev, MemberEvent):
             m = ev.member
             if own is not None and m.node_id != self.node_id:
@@ -373,7 +378,8 @@ class SwimNode(Node):
             return
         t = core.get_timer()
         if own is not None:
-            t = own.get_timer() if t is None else min(t, own.get_timer())
+            assert self.proto is not None
+            t = self.proto.get_timer() if t is None else min(t, self.proto.get_timer())
         if t is not None:
             t = max(t, sim.now) + self.lag_s
             if self._timer_at is None or t < self._timer_at:
@@ -384,14 +390,16 @@ class SwimNode(Node):
         """Feed the ownership core what the membership core changed; carry out its outputs."""
         sim = self.sim
         now = sim.now
+        proto = self.proto
+        assert proto is not None and proto.core is own
         if self._view_dirty:
             self._view_dirty = False
             core = self.core
             assert core is not None  # called from _flush, with the process running
             suspects = [m.node_id for m in core.live_members() if m.status == "suspect"]
-            own.set_view(self.view, suspects, now)
+            proto.set_view(self.view, suspects, now)
         released: list[tuple[int, int]] = []
-        for action in own.actions():
+        for action in proto.actions():
             if isinstance(action, Release):
                 o = own.owned.get(action.partition)  # None: it ended in the same update (a jump)
                 if o is not None:
@@ -402,19 +410,11 @@ class SwimNode(Node):
                 self._on_ownership(self, action)
         if released:  # the simulated application drains for drain_s, then reports it is done
             sim.node_at(self, now + self.drain_s, self._releases_done, released)
-        by_dst: dict[str, list] = {}
-        for dst, msg in own.messages(now):
-            by_dst.setdefault(dst, []).append(msg)
-        if self.durable is not None and own.lease.durable_changes != self._durable_changes:
-            # Written before anything is sent, as ``--state-dir`` does (``ExclusiveRunner``).
-            self._durable_changes = own.lease.durable_changes
-            self.durable[self.node_id] = own.lease.durable_state()
-        for dst, msgs in by_dst.items():
+        for dst, data in proto.datagrams_to_send(now):
             node = sim.nodes.get(dst)
             if node is not None and node.addr is not None:
-                for data in wire.encode_many(self.node_id, msgs):
-                    sim.send(self, data, node.addr)
-        if self.leaving and own.left_ready:
+                sim.send(self, data, node.addr)
+        if self.leaving and proto.left_ready:
             core = self.core
             assert core is not None  # a leaving process runs its core until its leave went out
             if core.status == "alive" and not core.leave_broadcast_done and not self._swim_leave_started:

@@ -44,6 +44,7 @@ from membership.aio import Member
 from membership.wire import Keyring
 from ownership import Acquired, Ended, ExclusiveConfig, Ownership, Release, wire
 from ownership.lease import WitnessState
+from ownership.protocol import OwnershipProtocol
 from ownership.views import View
 
 from ..table import PlacementTable, TableConfig
@@ -120,7 +121,8 @@ class ExclusiveRunner:
         #: Where the members this node knows are kept, so that started again without ``--join``
         #: it rejoins them (``placement.service.members_file``).
         self._members_file = members_file
-        self._saved_changes = self.own.lease.durable_changes
+        self.proto = OwnershipProtocol(self.own, cluster=cluster, keyring=self._keyring,
+                                       persist=None if state_file is None else self._persist)
         self.state_write_errors = 0
         self._older_told = 0
         self._foreign_told = 0
@@ -136,8 +138,6 @@ class ExclusiveRunner:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._left = asyncio.Event()
-        self.dropped: dict[str, int] = {"malformed": 0}
-        self._fragments = wire.Reassembler()  # views outgrow a datagram (~80 members)
         self._view: View | None = None  # the stable view last told to ``hooks.view``
         self.sent = 0
         self.no_address = 0
@@ -153,17 +153,17 @@ class ExclusiveRunner:
             self._members_file.note(((m.node_id, m.addr) for m in live), self._loop.time())
         view = {m.node_id: m.meta.weight for m in live}
         suspects = [m.node_id for m in live if m.status == SUSPECT]
-        self.own.set_view(view, suspects, self._loop.time())
+        self.proto.set_view(view, suspects, self._loop.time())
         self._drive()
 
     def declared_dead(self) -> None:
         if not self.closed:
-            self.own.declared_dead(self._loop.time())
+            self.proto.declared_dead(self._loop.time())
             self._drive()
 
     async def leave(self, timeout_s: float) -> bool:
         """Release everything with handoffs; True once all notes were acknowledged."""
-        self.own.leave(self._loop.time())
+        self.proto.leave(self._loop.time())
         self._drive()
         try:
             await asyncio.wait_for(self._left.wait(), timeout_s)
@@ -180,19 +180,14 @@ class ExclusiveRunner:
             task.cancel()
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
-        decoded = wire.decode_many(data, cluster=self._cluster, keyring=self._keyring,
-                                   reassembler=self._fragments, counts=self.dropped)
-        if decoded is None:
-            self.dropped["malformed"] += 1  # garbage, another cluster, or not sealed with our keys
-            return
         if not self.closed:
-            self.own.receive_many(decoded[0], decoded[1], self._loop.time())
+            self.proto.receive_datagram(data, self._loop.time())
             self._drive()
 
     def _tick(self) -> None:
         self._timer = self._timer_at = None
         if not self.closed:
-            self.own.handle_timer(self._loop.time())
+            self.proto.handle_timer(self._loop.time())
             self._drive()
 
     # ------------------------------------------------------------------ state
@@ -237,9 +232,9 @@ class ExclusiveRunner:
             "forgetful": own.lease.views.forgetful,
             "quiet_for_s": max(0.0, own.lease.views.quiet_until - now),
             "counters": dataclasses.asdict(own.counters),
-            "dropped": self.dropped["malformed"] + self._fragments.dropped,
+            "dropped": self.proto.malformed,
             # Messages of kinds this version does not know, skipped (a newer member: an upgrade).
-            "unknown_messages": self.dropped.get("unknown_kind", 0),
+            "unknown_messages": self.proto.dropped["unknown_kind"],
             **({} if self._state_file is None else {"state_writes": self._state_file.writes,
                                                     "state_write_errors": self.state_write_errors}),
         }
@@ -257,28 +252,14 @@ class ExclusiveRunner:
 
     def _drive(self) -> None:
         own, now = self.own, self._loop.time()
-        actions = own.actions()
+        actions = self.proto.actions()
         if actions:
             self._unpublished.extend(actions)
             if self._flush_handle is None:
                 self._flush_handle = self._loop.call_soon(self._flush)
         elif self.holding.valid_until != own.valid_until:  # a renewal: published at once
             self.holding = dataclasses.replace(self.holding, valid_until=own.valid_until)
-        by_dst: dict[str, list[Any]] = {}
-        for dst, msg in own.messages(now):
-            by_dst.setdefault(dst, []).append(msg)
-        if self._state_file is not None and own.lease.durable_changes != self._saved_changes:
-            changes = own.lease.durable_changes
-            try:
-                self._state_file.save(own.lease.durable_state())
-                self._saved_changes = changes
-            except OSError as exc:
-                # Not written, so not said: these datagrams are dropped (the core resends, as
-                # after a loss) and the write is tried again before the next ones.
-                self.state_write_errors += 1
-                _log.error("--state-dir %s: cannot write what this witness promised (%s); sending nothing "
-                           "until it can", self._state_file.path, exc.strerror or exc)
-                by_dst = {}
+        datagrams = self.proto.datagrams_to_send(now)
         views = own.lease.views
         if views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None:
             self._foreign_told = views.foreign_inc
@@ -294,20 +275,21 @@ class ExclusiveRunner:
                        "no view older than one it held. If the cluster was created anew under the same name, "
                        "this file is from the old one: stop this node and delete the file (it forgets those "
                        "promises)", self._state_file.path, restored_num, views.older_refused)
-        if by_dst:
+        if datagrams:
             core = self._member.core
-            for dst, msgs in by_dst.items():
-                # One member looked up, not the whole list built: a witness answers every
-                # member's renewal each second (issue 14: idle CPU).
-                info = core.member(dst)
-                addr = None if info is None else info.addr
-                if addr is None:
-                    self.no_address += 1  # not (yet) in our member list: resent while it matters
-                    continue
-                for data in wire.encode_many(own.me, msgs, cluster=self._cluster, keyring=self._keyring):
-                    self._member.send_datagram(data, addr)
+            last: tuple[str, tuple[str, int] | None] = ("", None)
+            for dst, data in datagrams:
+                if dst != last[0]:
+                    # One member looked up, not the whole list built: a witness answers every
+                    # member's renewal each second (issue 14: idle CPU).
+                    info = core.member(dst)
+                    last = (dst, None if info is None else info.addr)
+                    if last[1] is None:
+                        self.no_address += 1  # not (yet) in our member list: resent while it matters
+                if last[1] is not None:
+                    self._member.send_datagram(data, last[1])
                     self.sent += 1
-        if own.left_ready:
+        if self.proto.left_ready:
             self._left.set()
         view = own.lease.views.view  # replaced whole on install: an identity test per pass
         if view is not self._view:
@@ -317,12 +299,26 @@ class ExclusiveRunner:
         # The timer follows the core's deadline both ways: left at an earlier deadline that
         # passed (the resend check of a round a quorum has granted since), it would wake this
         # thread for nothing, once a renewal (issue 14: idle CPU).
-        due = own.get_timer()
+        due = self.proto.get_timer()
         if due != self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = due
             self._timer = self._loop.call_at(due, self._tick)
+
+    def _persist(self, state: WitnessState) -> bool:
+        """``--state-dir``: the promises written before anything that depends on them is sent."""
+        assert self._state_file is not None
+        try:
+            self._state_file.save(state)
+        except OSError as exc:
+            # Not written, so not said: these datagrams are dropped (the core resends, as after a
+            # loss) and the write is tried again before the next ones.
+            self.state_write_errors += 1
+            _log.error("--state-dir %s: cannot write what this witness promised (%s); sending nothing "
+                       "until it can", self._state_file.path, exc.strerror or exc)
+            return False
+        return True
 
     def _flush(self) -> None:
         """Publish what is held now, then carry out the actions since the last flush, in order."""
@@ -379,7 +375,7 @@ class ExclusiveRunner:
         done = [(p, payload) for p, epoch, payload in batch
                 if (o := self.own.owned.get(p)) is not None and o.epoch == epoch]
         if done:
-            self.own.releases_done(done, self._loop.time())  # the rules run once for all of them
+            self.proto.releases_done(done, self._loop.time())  # the rules run once for all of them
         self._drive()
 
     def _ended(self, action: Ended) -> None:
