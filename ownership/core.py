@@ -291,6 +291,7 @@ class Ownership:
         #: founded anew (``view_epoch``) are above those of the cluster before it (rule 11).
         self._first_view = first_view
         self._ask_round = 0
+        self._asks = 0
         self._ask_basis: frozenset[str] | None = None  # the local view the round asks about
         self._ask_sent: dict[str, float] = {}
         self._ask_answers: dict[str, int] = {}  # member -> its ``NoView.role`` in this round
@@ -408,7 +409,7 @@ class Ownership:
         elif isinstance(msg, ViewAsk):
             self._answer_ask(src, msg)
         elif isinstance(msg, NoView):
-            if msg.round == self._ask_round:
+            if self._ask_round and msg.round == self._ask_round:
                 self._ask_answers[src] = msg.role
         elif isinstance(msg, Disown):
             if msg.view == self.lease.num == self._census_num:
@@ -682,7 +683,11 @@ class Ownership:
             return
         basis = frozenset(self.view)
         if basis != self._ask_basis:
-            self._ask_basis, self._ask_round = basis, self._ask_round + 1
+            # A round a stranger cannot guess without seeing the ask (the incarnation is drawn
+            # at random by the node): a blind forger's ``NoView``s do not count.
+            self._asks += 1
+            self._ask_basis = basis
+            self._ask_round = (self._incarnation ^ (self._asks * 0x9E3779B97F4A7C15)) & ((1 << 62) - 1) or 1
             self._ask_sent, self._ask_answers = {}, {}
         for m in others - self._ask_answers.keys():
             if now - self._ask_sent.get(m, -math.inf) >= c.resend_s:

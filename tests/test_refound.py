@@ -212,3 +212,18 @@ def test_nodes_restarted_all_at_once_with_their_first_commands_form_a_cluster_ag
 
     asyncio.run(run())
     assert ledger.overlaps() == []
+
+
+def test_a_stranger_guessing_rounds_cannot_make_it_found() -> None:
+    """A member that never answers (its answers lost), and a stranger sending ``NoView`` in its
+    name for every small round number: they do not count (the round is drawn from the random
+    incarnation), so nothing is founded."""
+    net = Net()
+    silent = net.add(_core("n2"))
+    back = net.add(_core("n1", may_found=True, incarnation=0x5EC2E7))
+    silent.receive = lambda src, msg, now: None  # type: ignore[method-assign]  # its answers never come
+    for _ in range(60):
+        net.run(net.now + 0.5)
+        for guess in range(16):
+            back.receive("n2", NoView(guess, WAITS), net.now)
+    assert back.counters.refounded == 0 and back.lease.num == 0
