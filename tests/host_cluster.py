@@ -143,6 +143,20 @@ class Cluster:
     def kill(self, name: str) -> None:
         self.hosts.procs[name].kill()
 
+    def kill_and_take_over(self, victim: str, taker: str, witness: str) -> tuple[Round, Round, float]:
+        """kill -9 ``victim`` of a worker, a worker and a witness; wait until the other two see
+        it dead and ``taker`` owns every partition, the witness none. Returns (the round that
+        saw it dead, the round that saw the takeover, when it was killed); prints the times."""
+        killed = time.monotonic()
+        self.kill(victim)
+        survivors = [taker, witness]
+        detected = self.wait(lambda r: r.sees(survivors, alive(survivors)), killed, 30, f"{victim} dead everywhere")
+        taken = self.wait(lambda r: r.owns_exactly({taker: set(range(self.partitions)), witness: set()}), killed,
+                          30, f"{taker} owning every partition, the witness none")
+        print(f"kill -9 {victim}: detected after {detected.end - killed:.2f} s, {taker} owns all "
+              f"{self.partitions} after {taken.end - killed:.2f} s")
+        return detected, taken, killed
+
     def placed(self, names: Sequence[str]) -> dict[str, set[int]]:
         """Who must own what once ``names`` are the stable view: the placement table's leaders
         (a witness: nothing)."""
