@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..errors import InvalidConfigError
 
@@ -49,6 +50,7 @@ FILE_NAME = "members.json"
 FORMAT = 1
 REFRESH_S = 10.0
 _log = logging.getLogger("placement.node")
+_survival_log = logging.getLogger("placement.survival")  # (what a cluster survives, and how it forms)
 
 
 def default_home(environ: Mapping[str, str] | None = None) -> str:
@@ -113,6 +115,26 @@ class MembersFile:
                 f"not to node {self.node!r} of cluster {self.cluster!r}: give each node its own file")
         self.members = {k: v for k, v in record["members"].items() if k != self.node}
         return dict(self.members)
+
+    def start_seeds(self, join: tuple[Any, ...], *, new_cluster: bool) -> tuple[Any, ...]:
+        """The seeds a node starts with: ``join``; without any, the members on file (it rejoins
+        the cluster it was in instead of founding a second one), unless ``new_cluster``; ()
+        to found. Says which, in the log."""
+        on_file = self.load()
+        if join:
+            return join
+        if not on_file:
+            return ()
+        if new_cluster:
+            _survival_log.warning("--new-cluster: founding a new cluster %r although this node was a member of one "
+                                  "with %s (%s)", self.cluster, ", ".join(sorted(on_file)), self.path)
+            return ()
+        listed = ", ".join(f"{m} ({a})" for m, a in sorted(on_file.items()))
+        _survival_log.warning("no --join: rejoining cluster %r through the members this node last knew in it, %s "
+                              "(%s), instead of founding a second cluster beside it; if every member it reaches holds "
+                              "no view (all restarted), it founds one. To found a new cluster now, start with "
+                              "--new-cluster", self.cluster, listed, self.path)
+        return tuple(self.seeds())
 
     def seeds(self) -> list[tuple[str, int]]:
         """The addresses on file, as ``--join`` seeds."""

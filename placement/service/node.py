@@ -331,7 +331,9 @@ class Node:
         c = self.config
         if c.ownership == "exclusive":
             # Read (and checked) before anything starts: a bad file is a configuration error.
-            self._seeds = self._rejoin_seeds()
+            self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir,
+                                             home=c.state_home)
+            self._seeds = self._members_file.start_seeds(c.join, new_cluster=c.new_cluster)
         if c.state_dir is not None and c.ownership == "exclusive":
             state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
             restored = state_file.load()
@@ -354,29 +356,6 @@ class Node:
         if self.joined:
             self._join_settled.set()
         return self
-
-    def _rejoin_seeds(self) -> tuple[Addr | DnsSeed, ...]:
-        """The seeds to start with: ``join``; without any, the members this node knew in the
-        cluster it was in (``members_file``), unless ``new_cluster``: the same command run again
-        rejoins that cluster instead of founding a second one."""
-        c = self.config
-        self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir,
-                                         home=c.state_home)
-        on_file = self._members_file.load()
-        if c.join:
-            return c.join
-        if not on_file:
-            return ()
-        if c.new_cluster:
-            _survival_log.warning("--new-cluster: founding a new cluster %r although this node was a member of one "
-                                  "with %s (%s)", c.cluster, ", ".join(sorted(on_file)), self._members_file.path)
-            return ()
-        listed = ", ".join(f"{m} ({a})" for m, a in sorted(on_file.items()))
-        _survival_log.warning("no --join: rejoining cluster %r through the members this node last knew in it, %s "
-                              "(%s), instead of founding a second cluster beside it; if every member it reaches holds "
-                              "no view (all restarted), it founds one. To found a new cluster now, start with "
-                              "--new-cluster", c.cluster, listed, self._members_file.path)
-        return tuple(self._members_file.seeds())
 
     async def wait_joined(self, timeout_s: float | None = None) -> None:
         """Return once this node has joined (heard from a member through its seeds; at once
