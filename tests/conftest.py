@@ -1,5 +1,5 @@
-"""One SparkSession and one Spark standalone cluster for the whole test run (each costs 10-30 s to start);
-only the Spark fixtures live here."""
+"""One SparkSession and one Spark standalone cluster for the whole test run (each costs 10-30 s to start),
+and how pytest-xdist shares the tests out between its workers."""
 
 import os
 import shutil
@@ -16,31 +16,51 @@ def pytest_report_header() -> str:
     return f"membership core: {'pure Python' if path.endswith('.py') else 'compiled with mypyc'} ({path})"
 
 
-# The groups that take longest (about 2 min, 2 min, 1.5 min and 0.5 min on the 2-core box): run first.
+# Under pytest-xdist (`make test`, `make test-quick`: -n N) a worker runs whole groups, each in
+# file order: a module is a group (its module fixtures start once; tests that follow one another,
+# as in test_netns_cluster.py, still do), and the test_spark_* modules, which use the Spark session
+# fixtures below, are one group, so one worker starts those JVMs, once. xdist's own `--dist
+# loadgroup` is not used: with pytest 9.2 it no longer groups (pytest-xdist issue 1386).
+# The longest groups (~2, 2, 1.5 and 0.5 min on the 2-core box) start first.
 LONGEST_GROUPS = ("test_netns_cluster", "spark", "test_docs_commands", "test_exclusive_processes")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """For pytest-xdist's ``--dist loadgroup`` (``make test``): each module is one group, run by one
-    worker in file order (its module fixtures start once, tests that follow each other still do),
-    and every module that uses the Spark session fixtures is in group ``spark``, so one worker
-    starts them once. In a worker, the longest groups come first, so none of them is the tail."""
-    def module(item):
-        return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+def xdist_group(nodeid: str) -> str:
+    module = nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return "spark" if module.startswith("test_spark_") else module
 
-    group = {}
-    for item in items:
-        if {"spark", "spark_standalone"} & set(getattr(item, "fixturenames", ())):
-            group[module(item)] = "spark"
-    rank = {}
-    for item in items:
-        name = group.get(module(item), module(item))
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(name))
-        rank[item] = LONGEST_GROUPS.index(name) if name in LONGEST_GROUPS else len(LONGEST_GROUPS)
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+        def add_node_collection(self, node, collection):
+            # schemathesis's items of one test share a node id under pytest 9.2 (test_openapi.py:
+            # test_live_node_conforms, one item per operation); the scheduler keys work by id, so
+            # all but one would not run. Numbered here, they keep their places (indexes) in the list.
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+                unique.append(nodeid if seen[nodeid] == 1 else f"{nodeid}#{seen[nodeid]}")
+            super().add_node_collection(node, unique)
+
+    config.option.loadscopereorder = False  # the order the workers collected: longest groups first
+    return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker, the longest groups first (so none is the tail), file order kept."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=rank.__getitem__)  # stable: file order within a group
+        def rank(item):
+            group = xdist_group(item.nodeid)
+            return LONGEST_GROUPS.index(group) if group in LONGEST_GROUPS else len(LONGEST_GROUPS)
+
+        items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
