@@ -30,13 +30,20 @@ jvm:
 run: $(STAMP)
 	$(BIN)/placement cluster --nodes 5
 
+# The tests run in pytest-xdist worker processes (how they are shared out: tests/conftest.py). Much
+# of the suite waits on timers, sockets and node processes, so more workers than the 2 cores pay:
+# 3 for the whole suite (its node processes and JVMs fill the cores; 4 was slower), 4 for the
+# in-process tests of test-quick. 0 runs the tests in one process, one after another.
+TEST_WORKERS ?= 3
+QUICK_WORKERS ?= 4
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # The inner loop: all but the tests marked slow (real processes, Spark clusters, the documented
 # commands) and netns (hosts in network namespaces). `make test`, which CI runs, runs them all.
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not netns"
+	$(BIN)/python -m pytest -q -n $(QUICK_WORKERS) -m "not slow and not netns"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_placement.py

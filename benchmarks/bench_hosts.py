@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import threading
@@ -52,8 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simulations.stats import percentiles  # nearest-rank, as the simulator reports them
 
-from host_cluster import Cluster, Hosts, Loopback, _free_port, alive
+from host_cluster import Cluster, Hosts, Loopback, alive
 from ownership_sampler import Round
+from ports import free_port
 
 
 def victim_events(hosts: Hosts, survivors: list[str], victim: str, since: float) -> dict[str, dict[str, float]]:
@@ -148,7 +148,7 @@ def footprint(c: Cluster, seconds: float, bare_witness: bool) -> None:
     c.sampler.stop()
     if bare_witness:
         c.witnesses.add("wx")
-        c.hosts.start("wx", ["--id", "wx", "--gossip", f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}",
+        c.hosts.start("wx", ["--id", "wx", "--gossip", f"127.0.0.1:{free_port()}",
                              "--partitions", str(c.partitions), "--join", c.hosts.gossip(c.names[0])], "witness")
         time.sleep(15.0)  # joined, in the stable view, renewing
     time.sleep(5.0)  # the last requests' work done

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 from placement import PlacementTable
 
 from ownership_sampler import Round, Sampler, WaitTimeout
+from ports import free_port
 
 
 class Hosts:
@@ -82,19 +82,13 @@ class Loopback(Hosts):
     def __init__(self, n: int) -> None:
         super().__init__()
         self.names = [f"n{i + 1}" for i in range(n)]
-        self._ports = {name: (_free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)) for name in self.names}
+        self._ports = {name: (free_port(), free_port()) for name in self.names}
 
     def gossip(self, name: str) -> str:
         return f"127.0.0.1:{self._ports[name][0]}"
 
     def http(self, name: str) -> str:
         return f"127.0.0.1:{self._ports[name][1]}"
-
-
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(names: Sequence[str]) -> dict[str, str]:

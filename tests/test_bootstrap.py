@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import socket
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from ownership import ExclusiveConfig
 from ownership.views import Decided, Prepare, StableViews, View
 from placement.service.node import Node
 
+from ports import free_port
 from test_node_exclusive import QUICK, Ledger, config, eventually, owned_once
-from test_small_items import free_port
 from test_stable_views import MEMBERS, Net, _one_history
 
 GENESIS = View.of(0, dict.fromkeys(MEMBERS[:3], 1.0))
@@ -74,7 +73,7 @@ def test_three_nodes_that_all_join_each_other_form_a_cluster_and_a_restart_rejoi
     member restarted (as kill -9) with its command learns the running view instead of choosing
     another, and nobody owns a partition twice (intervals from the handlers)."""
     ids = ("n1", "n2", "n3")
-    ports = {i: free_port(socket.SOCK_DGRAM) for i in ids}
+    ports = {i: free_port() for i in ids}
     ledger = Ledger()
     exclusive = dataclasses.replace(QUICK, bootstrap=ids)
 

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,9 @@ import pytest
 
 from placement.client import PlacementClient
 
+from ports import free_ports
+
 pytestmark = pytest.mark.slow
-
-
-def free_ports(n, kind):
-    socks = [socket.socket(socket.AF_INET, kind) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def poll(predicate, timeout_s, what):
@@ -43,7 +34,7 @@ def checksum(url):
 
 @pytest.fixture
 def cluster():
-    gossip, http = free_ports(4, socket.SOCK_DGRAM), free_ports(4, socket.SOCK_STREAM)
+    gossip, http = free_ports(4), free_ports(4)
     procs, urls = [], [f"http://127.0.0.1:{p}" for p in http]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for i in range(4):

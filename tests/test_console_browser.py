@@ -10,7 +10,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,8 @@ import pytest
 
 from placement.service.console import browser
 
-from test_cluster_processes import free_ports, poll
+from ports import free_ports
+from test_cluster_processes import poll
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(browser.missing() is not None,
                                                    reason=f"no headless browser: {browser.missing()}")]
@@ -30,7 +30,7 @@ PAGE_DEADLINE_S = 3.0
 
 @pytest.fixture
 def three_nodes():
-    gossip, http = free_ports(3, socket.SOCK_DGRAM), free_ports(3, socket.SOCK_STREAM)
+    gossip, http = free_ports(3), free_ports(3)
     urls = [f"http://127.0.0.1:{p}" for p in http]
     procs = []
     for i in range(3):

@@ -28,7 +28,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from placement.snapshot import PlacementSnapshot
 from placement.table import PlacementTable
 from placement_cli.main import DEMO_MEMBERS, build_parser
 
+from ports import free_block
 from test_cluster_processes import poll
 from test_node_lifecycle import interrupt_as_a_terminal_does, kill_session
 
@@ -440,33 +440,6 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout_s: float = 20
         raise AssertionError(f"still running {timeout_s} s after signal {sig}") from None
 
 
-
-
-def free_blocks(n: int) -> tuple[int, int]:
-    """First ports of ``n`` consecutive free UDP ports and ``n`` consecutive free TCP ports."""
-    def block(kind: int) -> int:
-        for _ in range(50):
-            with socket.socket(socket.AF_INET, kind) as s:
-                s.bind(("127.0.0.1", 0))
-                first = s.getsockname()[1]
-            if first + n > 65535:
-                continue
-            socks = []
-            try:
-                for port in range(first, first + n):
-                    socks.append(socket.socket(socket.AF_INET, kind))
-                    socks[-1].bind(("127.0.0.1", port))
-                return first
-            except OSError:
-                continue
-            finally:
-                for s in socks:
-                    s.close()
-        raise AssertionError(f"no {n} consecutive free ports")
-
-    return block(socket.SOCK_DGRAM), block(socket.SOCK_STREAM)
-
-
 def on_ports(command: str, gossip: int, http: int) -> str:
     """The documented ports 7001-7005 / 8001-8005 moved to ``gossip`` / ``http`` onwards."""
     return re.sub(r"127\.0\.0\.1:([78])00([1-9])\b",
@@ -491,11 +464,13 @@ def make_recipe(home: Path, target: str) -> list[str]:
 def test_make_targets(home):
     """What README says `make run` and `make test` do, and that `make sim-fast` is a target (dry
     runs in a fresh directory: installing needs the network)."""
-    for target, last in (("run", ".venv/bin/placement cluster --nodes 5"), ("test", ".venv/bin/python -m pytest -q")):
+    # `make test`: every test (no -m), in TEST_WORKERS parallel processes (3 unless set).
+    for target, last in (("run", r"\.venv/bin/placement cluster --nodes 5"),
+                         ("test", r"\.venv/bin/python -m pytest -q -n \d+")):
         recipe = make_recipe(home, target)
         assert "test -x .venv/bin/python || python3 -m venv .venv" in recipe
         assert ".venv/bin/python -m pip install --quiet -e '.[dev]'" in recipe
-        assert recipe[-1] == last, recipe
+        assert re.fullmatch(last, recipe[-1]), recipe
     assert any("mypyc" in line for line in make_recipe(home, "sim-fast"))
 
 
@@ -538,7 +513,7 @@ class MakeRun:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.gossip, self.http = free_blocks(self.NODES)
+        self.gossip, self.http = free_block(self.NODES), free_block(self.NODES)
         self.urls = [f"http://127.0.0.1:{self.http + i}" for i in range(self.NODES)]
         recipe = make_recipe(home, "run")[-1]
         self.log, self.sample_log = home / "make-run.out", home / "spark-sample.out"
@@ -660,7 +635,7 @@ def test_readme_bootstrap_nodes_form_a_cluster_and_a_restart_rejoins_it(home):
     """"Forming a cluster": no founder; view 1 chosen by the listed members, every partition owned
     once; n1 killed and started again with its command is told the running view (it does not
     choose another), and owns its share again."""
-    gossip, http = free_blocks(2)
+    gossip, http = free_block(3), free_block(3)
     commands = [on_ports(c, gossip, http) for c in README_BOOTSTRAP]
     urls = [f"http://127.0.0.1:{http + i}" for i in range(3)]
 
@@ -689,7 +664,7 @@ def test_readme_bootstrap_nodes_form_a_cluster_and_a_restart_rejoins_it(home):
 
 @pytest.mark.slow
 def test_readme_nodes_run_as_written(home):
-    gossip, http = free_blocks(2)
+    gossip, http = free_block(3), free_block(3)
     procs = []
     try:
         for i, command in enumerate(README_NODES):

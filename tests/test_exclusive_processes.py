@@ -10,7 +10,6 @@ of successive owners (node, epoch) must not overlap, and their epochs must rise.
 import itertools
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_cluster_processes import free_ports
+from ports import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +30,8 @@ TESTS = Path(__file__).resolve().parent
 class Cluster:
     def __init__(self, db: Path, logs: Path) -> None:
         self.db, self.logs = db, logs
-        self.gossip = free_ports(5, socket.SOCK_DGRAM)
-        self.http = free_ports(5, socket.SOCK_STREAM)
+        self.gossip = free_ports(5)
+        self.http = free_ports(5)
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopped: set[str] = set()
 

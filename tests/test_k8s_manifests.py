@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from placement.service.keygen import new_key
 from placement.service.node import read_key_file
 from placement.service.node_flags import config_from_args, witness_config_from_args
 from placement_cli.main import build_parser
+
+from ports import free_port
 
 kv = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]' (kubernetes-validate)")
 
@@ -272,18 +273,12 @@ def test_the_pods_bootstrap_the_cluster_without_a_founder():
     assert config.join and len(config.exclusive.bootstrap) >= 3 and set(config.exclusive.bootstrap) <= pods
 
 
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
 def test_the_prestop_hook_makes_a_node_leave_and_exit(tls, tmp_path):
     script = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert script[:2] == ["python", "-c"]
-    gossip, http = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    gossip, http = free_port(), free_port()
     env = dict(os.environ)
     if tls:  # deploy/k8s/tls: the node serves HTTPS, and the hook sees PLACEMENT_TLS_CERT
         from test_http_tls import self_signed

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_cluster_processes import free_ports, poll
+from ports import free_port
+from test_cluster_processes import poll
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ class NodeProcess:
 
     def __init__(self, tmp: Path, node_id: str, *flags: str, name: str | None = None, http_host: str = "127.0.0.1",
                  env: dict[str, str] | None = None, module: str = "placement_cli node") -> None:
-        (self.gossip,), (self.http,) = free_ports(1, socket.SOCK_DGRAM), free_ports(1, socket.SOCK_STREAM)
+        self.gossip, self.http = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http}"
         name = name or node_id
         self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
@@ -139,7 +139,7 @@ def test_misconfigured_joiners_are_refused_and_the_healthy_member_keeps_running(
 
 
 def test_a_node_that_cannot_join_answers_503_logs_each_attempt_and_gives_up(nodes):
-    (nobody,) = free_ports(1, socket.SOCK_DGRAM)
+    nobody = free_port()
     lonely = nodes("n9", "--join", f"127.0.0.1:{nobody}", "--join-timeout", "5")
     poll(lambda: lonely.get("/healthz").status_code == 200, 20, "the HTTP API up")
     for path, params in (("/v1/owners", {"key": "k"}), ("/v1/placement", {}), ("/readyz", {})):
@@ -180,7 +180,7 @@ def test_sigterm_is_a_graceful_leave_and_the_process_ends_within_3_s(nodes):
 
 
 def test_placement_cluster_reports_a_node_that_exits_and_keeps_the_others(tmp_path):
-    gossip, http = free_ports(1, socket.SOCK_DGRAM)[0], free_ports(1, socket.SOCK_STREAM)[0]
+    gossip, http = free_port(), free_port()
     # consecutive ports from the ones the OS handed out (free with high probability)
     urls = [f"http://127.0.0.1:{http + i}" for i in range(2)]
     log = tmp_path / "cluster.out"

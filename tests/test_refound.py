@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 
 import pytest
 
@@ -24,8 +23,8 @@ from simulations.cluster import Cluster
 from simulations.nodes import SwimNode
 from simulations.scenarios import run_scenario
 
+from ports import free_port
 from test_node_exclusive import QUICK, Ledger, config, eventually, owned_once
-from test_small_items import free_port
 
 P = 32
 CFG = ExclusiveConfig()
@@ -182,7 +181,7 @@ def test_nodes_restarted_all_at_once_with_their_first_commands_form_a_cluster_ag
     file, n2 and n3 through n1, nobody holds a view, so n1 founds; every partition owned once
     and the new view numbered above the old one."""
     ids = ("n1", "n2", "n3")
-    ports = {i: free_port(socket.SOCK_DGRAM) for i in ids}
+    ports = {i: free_port() for i in ids}
     ledger = Ledger()
 
     def node(i: str) -> Node:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -96,12 +95,6 @@ def test_msgpack_errors_have_a_detail():
                                       "application/msgpack)")
 
     run(check)
-
-
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_node_bound_to_port_0_advertises_the_port_it_got():

@@ -12,7 +12,6 @@ compared with the job's report.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ import pytest
 
 from placement.service.work_sink import LocalSinkCluster, read_journal
 from spark_jobs import route
+
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -115,12 +116,6 @@ def url_flags(urls) -> list[str]:
 BATCH, AFTER = 50, 3  # the victim acknowledges AFTER batches, then freezes and is killed
 
 
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class SinkProcesses:
     """``n`` ``python -m placement.service.work_sink`` processes with journals; ``stop_after`` {index: N} runs
     that one as ``tests/sink_stop_after.py N`` (freezes before taking batch N+1)."""
@@ -132,7 +127,7 @@ class SinkProcesses:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         seed = None
         for i in range(n):
-            gossip, http = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
+            gossip, http = free_port(), free_port()
             journal = str(root / f"n{i + 1}.jsonl")
             entry = ([str(REPO / "tests" / "sink_stop_after.py"), str(stop_after[i])] if i in stop_after
                      else ["-m", "placement.service.work_sink"])

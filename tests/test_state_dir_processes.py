@@ -18,7 +18,6 @@ warning of a missing file comes back and the record is forgetful, also after tha
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,8 +31,9 @@ from ownership.lease import WitnessState
 from ownership.views import AcceptorState, View
 from placement.service.witness_state import FILE_NAME
 
-from host_cluster import Cluster, Loopback, _free_port
+from host_cluster import Cluster, Loopback
 from ownership_sampler import Round
+from ports import free_port
 from test_cluster_processes import poll
 
 pytestmark = pytest.mark.slow
@@ -169,8 +169,8 @@ def test_a_witness_refuses_to_start_on_a_corrupt_state_file(tmp_path):
     corrupt[record.index(b'"n2"') + 1] ^= 0x01  # a member's name in the body: "n2" -> "o2"
     state.write_bytes(bytes(corrupt))
     cmd = [sys.executable, "-m", "placement_cli", "witness", "--id", "w",
-           "--gossip", f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}", "--partitions", str(P),
-           "--join", f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}", "--state-dir", str(tmp_path)]
+           "--gossip", f"127.0.0.1:{free_port()}", "--partitions", str(P),
+           "--join", f"127.0.0.1:{free_port()}", "--state-dir", str(tmp_path)]
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     took = time.monotonic() - started

@@ -4,7 +4,6 @@ process twice; an overlap counts only when the order of the answers proves it). 
 expected share in every check is the empty set: it must never answer with a partition."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from host_cluster import Cluster, Loopback, _free_port
+from host_cluster import Cluster, Loopback
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_a_witness_without_http_joins_votes_and_leaves_on_sigterm(tmp_path):
         with log.open("w") as out:
             witness = subprocess.Popen(
                 [sys.executable, "-m", "placement_cli", "witness", "--id", "w", "--gossip",
-                 f"127.0.0.1:{_free_port(socket.SOCK_DGRAM)}", "--partitions", str(P), "--join", hosts.gossip("n1")],
+                 f"127.0.0.1:{free_port()}", "--partitions", str(P), "--join", hosts.gossip("n1")],
                 stdout=out, stderr=subprocess.STDOUT)
         url = f"http://{hosts.http('n1')}"
 
