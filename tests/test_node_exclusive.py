@@ -377,3 +377,25 @@ async def _enter(node: Node, name: str) -> str:
     """Wait for leadership of ``name`` on ``node``; return its id once inside."""
     async with node.leadership(name):
         return node.node_id
+
+
+def test_a_closed_node_starts_nothing_it_acquired_just_before() -> None:
+    """``close()`` is a process dying: acquisitions the membership thread made while the
+    application's loop was busy, queued for that loop, must not reach the handlers after it
+    (test_witness's ledger saw a "killed" node open 58 ownerships after its crash)."""
+    async def main() -> None:
+        first = await Node(config("n1")).start()
+        second = Node(config("n2", join=[first.member.bound]))
+        started: list[int] = []
+        second.on_ownership(acquired=started.append)
+        await second.start()
+        deadline = time.monotonic() + 30
+        while not second.owned_partitions():  # the loop kept busy: the handlers wait in its queue
+            assert time.monotonic() < deadline, "n2 acquired nothing"
+        second.close()
+        for _ in range(5):  # the loop runs what the thread queued meanwhile (a close that dropped none shows)
+            await asyncio.sleep(0)
+        assert started == []
+        await first.leave()
+
+    asyncio.run(main())

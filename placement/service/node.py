@@ -831,6 +831,8 @@ class Node:
     # ----- exclusive mode: what the runner tells the application ------------------------------
     def _x_acquired(self, grant: Grant) -> None:
         assert self._runner is not None
+        if self._closed:
+            return  # stopped as a process that died: it starts nothing (queued before the close)
         if self._runner.holding.grants.get(grant.partition) is not grant:
             return  # ended (or acquired again) before this loop got to it: nothing to start
         self._published.add(grant.partition)
