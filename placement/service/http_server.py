@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .. import argtypes
 from ..errors import PlacementError
+from .background import detach
 
 if TYPE_CHECKING:
     import uvicorn
@@ -36,6 +37,9 @@ GRACEFUL_SHUTDOWN_S = 1  # (uvicorn types it as whole seconds)
 #: A client must send a whole request head within this many seconds of connecting, or of the
 #: end of its previous response (``_protocol_class``).
 HEADER_TIMEOUT_S = 10.0
+#: At shutdown, how long a connection accepted just before the server stopped listening may take to
+#: send its first request head (``_protocol_class``).
+SHUTDOWN_HEAD_GRACE_S = 0.25
 #: The largest request head (request line and headers) h11 buffers: a larger one gets a 400.
 MAX_HEAD_BYTES = 16 * 1024
 
@@ -112,12 +116,36 @@ def _protocol_class(header_timeout_s: float) -> type:
     were set) as long as it likes. Here a timer starts when a connection is made and when a
     response ends; when it fires and the client has not sent a whole request head since
     (h11 still waits for one: ``their_state`` IDLE), the connection is closed. A request being
-    answered (a long poll, an event stream) is not affected: its head has arrived."""
+    answered (a long poll, an event stream) is not affected: its head has arrived.
+
+    At shutdown uvicorn closes every connection without a request in progress. One accepted
+    just before the server stopped listening may hold a request whose bytes the loop has not
+    read yet: closed, its client saw the connection reset under a request, the outcome unknown
+    (tests/test_restarts.py, once under load). Such a connection, which never sent anything,
+    gets ``SHUTDOWN_HEAD_GRACE_S`` to send its head; its request is then answered (the node is
+    leaving: 503 or 421) and the connection closed after it."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeout(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _fresh = True  # nothing received on this connection yet
+        _closing_after = False  # shutdown came first: the next response closes the connection
+
+        def data_received(self, data: bytes) -> None:
+            self._fresh = False
+            super().data_received(data)
+            if self._closing_after and self.cycle is not None:
+                self.cycle.keep_alive = False
+
+        def shutdown(self) -> None:
+            if self._fresh and not self.transport.is_closing():
+                self._closing_after = True
+                if self._head_timer is not None:
+                    self._head_timer.cancel()
+                self._head_timer = self.loop.call_later(SHUTDOWN_HEAD_GRACE_S, self._head_timeout)
+                return
+            super().shutdown()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -193,6 +221,32 @@ def _server_class() -> type[uvicorn.Server]:
         async def main_loop(self) -> None:
             if not await self.on_tick(0):  # the default headers; True if should_exit is already set
                 await self._exit.wait()
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            """uvicorn's, after taking in the connections the kernel completed and the loop had
+            not accepted yet: closing the listening socket resets them, and a client that had
+            sent its request on one saw it dropped, the outcome unknown (tests/test_restarts.py,
+            a client sending without pause). Nothing is awaited between the last ``accept`` and
+            uvicorn's close, so none can arrive in between; each is answered once (the node is
+            leaving: 503 or 421) and closed after its response."""
+            loop = asyncio.get_running_loop()
+            config = self.config
+
+            def protocol() -> asyncio.Protocol:
+                make: Any = config.http_protocol_class  # (HeaderTimeout: uvicorn's h11 protocol)
+                proto = make(config=config, server_state=self.server_state, app_state=self.lifespan.state)
+                proto._closing_after = True  # its response closes the connection
+                return proto
+
+            for sock in sockets or []:
+                while True:
+                    try:
+                        conn, _ = sock.accept()
+                    except OSError:  # BlockingIOError: none left (the socket is non-blocking)
+                        break
+                    conn.setblocking(False)
+                    detach(loop.connect_accepted_socket(protocol, conn, ssl=config.ssl))
+            await super().shutdown(sockets)
 
     return Server
 
