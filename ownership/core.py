@@ -299,7 +299,8 @@ class Ownership:
             self._found(now)
 
     def _found(self, now: float) -> None:
-        """Found a cluster: view 1 of this member alone, of a new incarnation."""
+        """Found a cluster: a first view of this member alone, of a new incarnation, numbered by
+        the driver's clock (``first_view``) so that its epochs are above an earlier cluster's."""
         self._founder = self.joined = True
         # With the founder's own weight: a weight-0 founder (a witness) owns nothing even in
         # its first view.
