@@ -163,7 +163,7 @@ class SwimNode(Node):
         self.exclusive = exclusive
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
-        self.own: Ownership | None = None
+        #: The running process's ownership protocol (None: down, or no exclusive ownership).
         self.proto: OwnershipProtocol | None = None
         self._view_dirty = False
         self._owned_version = 0
@@ -212,14 +212,19 @@ class SwimNode(Node):
         if self.exclusive is not None:
             # (A founder starts a new cluster: the node refuses to found one over kept promises.)
             restored = None if self.durable is None or founder else self.durable.get(self.node_id)
-            self.own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
-                                 weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
-                                 first_view=1 + int(now))  # (the simulated clock: 1 at the start)
+            own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
+                            weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
+                            first_view=1 + int(now))  # (the simulated clock: 1 at the start)
             # The node's shell around the rules (decoding, packing, promises kept before sending).
-            self.proto = OwnershipProtocol(self.own, persist=None if self.durable is None else self._persist)
+            self.proto = OwnershipProtocol(own, persist=None if self.durable is None else self._persist)
             self.proto.set_view(self.view, (), now)
         self.core.join(seeds, now)
         self._flush()
+
+    @property
+    def own(self) -> Ownership | None:
+        """The rules' state of the running process (``proto.core``), to read."""
+        return None if self.proto is None else self.proto.core
 
     @property
     def _table(self) -> PlacementTable | None:
@@ -245,7 +250,7 @@ class SwimNode(Node):
             end = min(self.sim.now, self.own.valid_until)
             for p, o in self.own.owned.items():
                 self._on_ownership(self, Ended(p, o.epoch, end))
-        self.own = self.proto = None
+        self.proto = None
         super().crash()
         self.core = None
         self.view = {}
@@ -283,7 +288,7 @@ class SwimNode(Node):
 
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
         proto = self.proto
-        if proto is not None and self.own is not None:
+        if proto is not None:
             if data[:2] == wire.MAGIC:
                 proto.receive_datagram(data, self.sim.now)
                 self._flush()
@@ -391,7 +396,7 @@ class SwimNode(Node):
         sim = self.sim
         now = sim.now
         proto = self.proto
-        assert proto is not None and proto.core is own
+        assert proto is not None
         if self._view_dirty:
             self._view_dirty = False
             core = self.core

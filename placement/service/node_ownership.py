@@ -112,16 +112,16 @@ class ExclusiveRunner:
         self._hooks = hooks
         # A founder draws the cluster's incarnation (``ownership.views.View.inc``): a cluster
         # founded anew under the same name is then told apart from the old one.
-        self.own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
-                             restored=restored, incarnation=secrets.randbits(61) + 1, may_found=may_found,
-                             first_view=max(1, int(time.time()) - _FIRST_VIEW_ORIGIN))
+        own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
+                        restored=restored, incarnation=secrets.randbits(61) + 1, may_found=may_found,
+                        first_view=max(1, int(time.time()) - _FIRST_VIEW_ORIGIN))
         #: ``--state-dir``: the witness's promises are written there before anything produced
         #: after a change is sent (``placement.service.witness_state``).
         self._state_file = state_file
         #: Where the members this node knows are kept, so that started again without ``--join``
         #: it rejoins them (``placement.service.members_file``).
         self._members_file = members_file
-        self.proto = OwnershipProtocol(self.own, cluster=cluster, keyring=self._keyring,
+        self.proto = OwnershipProtocol(own, cluster=cluster, keyring=self._keyring,
                                        persist=None if state_file is None else self._persist)
         self.state_write_errors = 0
         self._older_told = 0
@@ -143,6 +143,11 @@ class ExclusiveRunner:
         self.no_address = 0
         self.closed = False
         member.add_channel(wire.MAGIC, self._datagram)
+
+    @property
+    def own(self) -> Ownership:
+        """The rules' state (``proto.core``), to read."""
+        return self.proto.core
 
     # ------------------------------------------------------------------ inputs
 
