@@ -37,6 +37,7 @@ class Conflicts:
     """Claims on member ids from more than one address, ours and others'."""
 
     __slots__ = (
+        "_claimed_at",
         "_claims",
         "_claims_told",
         "_events",
@@ -66,6 +67,8 @@ class Conflicts:
         #: the member was live (``address_claim``); applied if that member's record dies.
         self._claims: dict[str, Alive] = {}
         self._claims_told: dict[str, float] = {}  # member -> when we last passed it a claim
+        #: Per member, when a claim from a second address last came (``ambiguous_leave``).
+        self._claimed_at: dict[str, float] = {}
         self._id_conflict_at = float("-inf")
 
     def address_claim(self, msg: Alive, m: Member, now: float) -> None:
@@ -76,6 +79,11 @@ class Conflicts:
         is taken at its new address once its old record is dead (its old address stops
         answering): see ``take_claim``."""
         self._stats["address_conflicts"] += 1
+        claimed = self._claimed_at
+        if len(claimed) >= 1024:  # forget the old ones (bounded whatever strangers send)
+            for node in [n for n, t in claimed.items() if now - t > _ID_CONFLICT_WINDOW_S] or list(claimed):
+                del claimed[node]
+        claimed[msg.node] = now
         held = self._claims.get(msg.node)
         if held is None or msg.incarnation > held.incarnation:
             self._claims[msg.node] = msg  # taken if the record at the old address dies
@@ -85,6 +93,17 @@ class Conflicts:
             # report the conflict (``foreign_claim``), as when the claim was gossiped.
             self._claims_told[msg.node] = now
             self._out.send(m.addr, [self._out.codec.encode_message(msg)], piggyback=False)
+
+    def ambiguous_leave(self, node: str, now: float) -> bool:
+        """May a graceful leave of the live member ``node`` come from another process with its
+        id? Yes when a claim of that id from a second address came within the last minute. A
+        leave names only the id, and a twin, having outbid the live member's incarnation (see
+        ``foreign_claim``), announces its own leave at an incarnation above the live record:
+        taken as it is, it removed the live member (which then lost its partitions) when an
+        operator stopped the twin. The caller suspects the member instead: a live one refutes,
+        one that really left is declared dead when the suspicion runs out."""
+        at = self._claimed_at.get(node)
+        return at is not None and now - at <= _ID_CONFLICT_WINDOW_S
 
     def drop_claim(self, node: str) -> None:
         """An update from ``node``'s own address was accepted: a held claim is moot."""

@@ -459,7 +459,8 @@ class Swim:
             elif isinstance(msg, Suspect):
                 updates.on_suspect(msg, now)
             elif isinstance(msg, Dead):
-                updates.on_dead(msg, now, synced_by=env.sender if in_sync else None)
+                updates.on_dead(msg, now, synced_by=env.sender if in_sync else None,
+                                from_addr=addr if env.sender == msg.node else None)
             elif isinstance(msg, PushPull):
                 in_sync = msg
             elif isinstance(msg, Nack):

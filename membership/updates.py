@@ -25,7 +25,7 @@ from .awareness import Awareness
 from .config import MembershipConfig
 from .conflicts import Conflicts
 from .dissemination import Dissemination
-from .messages import Alive, Dead, DeclaredDead, Event, MemberEvent, Message, Ping, Suspect
+from .messages import Addr, Alive, Dead, DeclaredDead, Event, MemberEvent, Message, Ping, Suspect
 from .probing import Prober
 from .status import (
     ALIVE,
@@ -172,7 +172,8 @@ class Updates:
         self._start_suspicion(m, msg.incarnation, msg.sender, now)
         self._out.broadcast(msg)
 
-    def on_dead(self, msg: Dead, now: float, synced_by: str | None) -> None:
+    def on_dead(self, msg: Dead, now: float, synced_by: str | None, from_addr: Addr | None = None) -> None:
+        """``from_addr``: where the datagram came from, when the member it names sent it."""
         leaving = msg.sender == msg.node
         update: Status = LEFT if leaving else DEAD
         if synced_by is not None and not leaving:
@@ -192,6 +193,14 @@ class Updates:
             return
         m = view.members.get(msg.node)
         if m is None or not supersedes(update, msg.incarnation, m.status, m.incarnation):
+            return
+        if leaving and m.status in (ALIVE, SUSPECT) and (
+                (from_addr is not None and from_addr != m.addr) or self._conflicts.ambiguous_leave(msg.node, now)):
+            # Perhaps a twin's leave, not the live member's: sent by the member itself from an
+            # address not its own, or gossiped soon after a claim of its id from another
+            # address (see Conflicts.ambiguous_leave). Suspect it: the live process refutes.
+            self._stats["ambiguous_leaves"] += 1
+            self.on_suspect(Suspect(msg.node, msg.incarnation, self.node_id), now)
             return
         self.suspicions.pop(msg.node, None)
         m.incarnation = msg.incarnation

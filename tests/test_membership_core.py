@@ -21,7 +21,7 @@ from membership import (
     RefusedPeer,
     Swim,
 )
-from membership.messages import Ack, Alive, Ping, Suspect
+from membership.messages import Ack, Alive, Dead, Ping, Suspect
 from membership.queue import BroadcastQueue
 from simulations.datagrams import decode, forge
 from simulations.members import MembershipSim, build_cluster
@@ -822,3 +822,39 @@ def test_hearing_itself_declared_dead_emits_declared_dead_and_refutes():
     core.receive_datagram(forge(cfg, "a", [Dead("me", 5, "a")], seq=2), ("10.0.0.9", 9), 0.2)
     assert [e for e in core.events() if isinstance(e, DeclaredDead)] == [DeclaredDead(5, 0.2)]
     assert core.incarnation == 6 and core.stats["refutations"] == 1
+
+
+def test_a_twins_leave_does_not_remove_the_member_it_copied():
+    """A second process started with a live member's id, then stopped gracefully, announces a
+    leave in that id, often at an incarnation above the live one's (the two outbid each other).
+    Members cannot tell from a leave which process sent it; they had held the twin's claim from
+    another address, so they suspect the member instead of removing it: the live one refutes.
+    (Before: the leave removed the live member, which then dropped every partition it owned;
+    tests/test_bad_input_cluster.py failed 2 runs in 4.)"""
+    net = build_cluster(3, seed=31)
+    twin = ("10.0.0.9", 9)
+    inc = _info(net.nodes["n0"].core, "n2").incarnation + 5
+    # n0 got the twin's arrival, then its leave; n1 only its leave (straight from the twin).
+    net.inject("n0", forge(net.config, "n2", [Alive("n2", inc, twin, Meta())], seq=1, epoch=9), twin)
+    for observer in ("n0", "n1"):
+        net.inject(observer, forge(net.config, "n2", [Dead("n2", inc, "n2")], seq=2, epoch=9), twin)
+    net.run_for(20.0)
+    for observer in ("n0", "n1"):
+        kinds = net.event_kinds(observer, "n2")
+        assert "left" not in kinds and "dead" not in kinds and net.status(observer, "n2") == ALIVE, kinds
+        assert _info(net.nodes[observer].core, "n2").addr == net.nodes["n2"].addr
+        assert net.nodes[observer].core.stats["ambiguous_leaves"] == 1
+
+
+def test_a_member_that_moved_and_then_leaves_is_removed():
+    """The other side of the rule above: the claim was a real move (the old process is gone),
+    and the mover's own leave, though taken as a suspicion, removes it (no process refutes)."""
+    net = build_cluster(3, seed=32)
+    net.crash("n2")
+    net.add("n2", seeds=["n0"], addr=("10.0.0.1", 7999))
+    assert net.run_until_true(net.converged, 20.0)
+    net.nodes["n2"].leave()
+    net.run_for(1.0)
+    net.crash("n2")
+    assert net.run_until_true(lambda: all(net.status(o, "n2") in (LEFT, DEAD) for o in ("n0", "n1")), 30.0)
+    assert sum(net.nodes[o].core.stats["ambiguous_leaves"] for o in ("n0", "n1")) >= 1  # the path above
