@@ -8,14 +8,17 @@ code. The rules, what they guarantee and under which assumptions: docs/ownership
 ``views``     the numbered stable views, each chosen by the witnesses of the one before (Paxos)
 ``lease``     the quorum lease from those witnesses, condemnation, fencing-epoch reserves
 ``core``      ``Ownership``: handoffs, takeovers, taking back, the census, founding again (rules 1-11)
-``protocol``  ``OwnershipProtocol``: the core in membership's shape, datagrams in and out; the
-              node and the simulator drive this same shell
+``protocol``  ``OwnershipProtocol``: the core in membership's shape, datagrams in and out
+``driver``    ``MemberOwnership``: that protocol joined to a membership core (view feed, declared
+              deaths, addresses, leave after the handoffs, merged timer); the node and the
+              simulator drive this same glue
 ``messages``  the core's actions (``Acquired``, ``Release``, ``Ended``) and handoff messages
 ``config``    ``ExclusiveConfig``, the rules' timing
 ``wire``      the datagram form of every ownership message (fragments, optional AES-GCM)
 ``durable``   the record of a witness's promises (``lease.WitnessState``) as checked bytes
 
-Layers: ``ownership`` uses the placement math (``placement.table``) and nothing of the service;
+Layers: ``ownership`` uses the placement math (``placement.table``) and the membership core's
+types (``driver``), and nothing of the service;
 ``placement.service`` and ``simulations`` drive it.
 """
 

@@ -25,9 +25,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from membership import DeclaredDead, MemberEvent, MembershipConfig, Meta, Swim
+from membership import MemberEvent, MembershipConfig, Meta, Swim
 from membership.driver import drain
 from ownership import Ended, ExclusiveConfig, Ownership, Release, wire
+from ownership.driver import MemberOwnership
 from ownership.lease import WitnessState
 from ownership.protocol import OwnershipProtocol
 from placement import PlacementTable
@@ -163,11 +164,10 @@ class SwimNode(Node):
         self.exclusive = exclusive
         self.drain_s = drain_s  # how long the simulated application takes to release
         self._on_ownership = on_ownership
-        #: The running process's ownership protocol (None: down, or no exclusive ownership).
-        self.proto: OwnershipProtocol | None = None
-        self._view_dirty = False
+        #: The running process's ownership protocol joined to its membership core, as the node
+        #: runs it (``ownership.driver``; None: down, or no exclusive ownership).
+        self.glue: MemberOwnership | None = None
         self._owned_version = 0
-        self._swim_leave_started = False
         self.config = config
         self.placement = placement
         self.addr = (f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}", 7946)
@@ -208,23 +208,24 @@ class SwimNode(Node):
         founder = not seeds and not (self.exclusive is not None and self.exclusive.bootstrap)
         self.joined = founder
         self._owned_version += 1
-        self._swim_leave_started = False
         if self.exclusive is not None:
             # (A founder starts a new cluster: the node refuses to found one over kept promises.)
             restored = None if self.durable is None or founder else self.durable.get(self.node_id)
             own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
                             weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
                             first_view=1 + int(now))  # (the simulated clock: 1 at the start)
-            # The node's shell around the rules (decoding, packing, promises kept before sending).
-            self.proto = OwnershipProtocol(own, persist=None if self.durable is None else self._persist)
-            self.proto.set_view(self.view, (), now)
+            # The node's shell around the rules (decoding, packing, promises kept before sending)
+            # and its glue to the membership core (view feed, addresses, leave, timer).
+            self.glue = MemberOwnership(
+                OwnershipProtocol(own, persist=None if self.durable is None else self._persist), self.core)
+            self.glue.feed_view(now)
         self.core.join(seeds, now)
         self._flush()
 
     @property
     def own(self) -> Ownership | None:
-        """The rules' state of the running process (``proto.core``), to read."""
-        return None if self.proto is None else self.proto.core
+        """The rules' state of the running process (``glue.core``), to read."""
+        return None if self.glue is None else self.glue.core
 
     @property
     def _table(self) -> PlacementTable | None:
@@ -250,7 +251,7 @@ class SwimNode(Node):
             end = min(self.sim.now, self.own.valid_until)
             for p, o in self.own.owned.items():
                 self._on_ownership(self, Ended(p, o.epoch, end))
-        self.proto = None
+        self.glue = None
         super().crash()
         self.core = None
         self.view = {}
@@ -261,9 +262,8 @@ class SwimNode(Node):
         if not self.up or self.leaving:
             return
         self.leaving = True
-        if self.own is not None:
-            assert self.proto is not None
-            self.proto.leave(self.sim.now)  # the membership leave follows once all is handed off
+        if self.glue is not None:
+            self.glue.leave(self.sim.now)  # the membership leave follows once all is handed off
         else:
             assert self.core is not None  # up: the process runs its core
             self.core.leave(self.sim.now)
@@ -281,16 +281,17 @@ class SwimNode(Node):
         self.core.update_meta(Meta(weight=weight), self.sim.now)
         self.view[self.node_id] = weight
         self._view_version += 1
-        self._view_dirty = self.own is not None
+        if self.glue is not None:
+            self.glue.view_changed()
         self._flush()
 
     # ------------------------------------------------------------------ driving the core
 
     def receive(self, data: bytes, src: tuple[str, int]) -> None:
-        proto = self.proto
-        if proto is not None:
+        glue = self.glue
+        if glue is not None:
             if data[:2] == wire.MAGIC:
-                proto.receive_datagram(data, self.sim.now)
+                glue.receive_datagram(data, self.sim.now)
                 self._flush()
                 return
         assert self.core is not None  # the engine delivers to a running process only
@@ -315,8 +316,8 @@ class SwimNode(Node):
         if self.lag_s:
             core.report_loop_lag(self.lag_s, self.sim.now)
         core.handle_timer(self.sim.now)
-        if self.proto is not None:
-            self.proto.handle_timer(self.sim.now)
+        if self.glue is not None:
+            self.glue.handle_timer(self.sim.now)
         self._flush()
 
     def _persist(self, state: WitnessState) -> bool:
@@ -326,23 +327,21 @@ class SwimNode(Node):
         return True
 
     def _releases_done(self, released: list[tuple[int, int]]) -> None:
-        own, proto = self.own, self.proto
-        if own is None or proto is None:
+        glue = self.glue
+        if glue is None:
             return
+        own = glue.core
         done = [(p, {"checkpoint": epoch}) for p, epoch in released if p in own.owned and own.owned[p].epoch == epoch]
         if done:
-            proto.releases_done(done, self.sim.now)
+            glue.releases_done(done, self.sim.now)
             self._flush()
 
     def _event(self, ev) -> None:
         """One event of the membership core: the placement view, the ownership core, metrics."""
-        own = self.own
-        if isinstance(ev, DeclaredDead) and self.proto is not None:
-            self.proto.declared_dead(self.sim.now)
+        if self.glue is not None:
+            self.glue.event(ev, self.sim.now)
         if isinstance(ev, MemberEvent):
             m = ev.member
-            if own is not None and m.node_id != self.node_id:
-                self._view_dirty = True
             view = self.view
             # Only a change of the live set or a weight is a new view (alive <-> suspect
             # and incarnation bumps are not), so placement is not recomputed for nothing.
@@ -370,9 +369,9 @@ class SwimNode(Node):
         assert core is not None  # flushed after an input to a running process only
         sim.touched.append(self)
         drain(core, self._send, self._event)
-        own = self.own
-        if own is not None:
-            self._drive_ownership(own)
+        glue = self.glue
+        if glue is not None:
+            self._drive_ownership(glue)
             if self.core is None:
                 return
         if self.leaving and core.leave_broadcast_done:
@@ -381,30 +380,21 @@ class SwimNode(Node):
             self.leaving = False
             self.view = {}
             return
-        t = core.get_timer()
-        if own is not None:
-            assert self.proto is not None
-            t = self.proto.get_timer() if t is None else min(t, self.proto.get_timer())
+        t = core.get_timer() if glue is None else glue.get_timer(core.get_timer())
         if t is not None:
             t = max(t, sim.now) + self.lag_s
             if self._timer_at is None or t < self._timer_at:
                 self._timer_at = t
                 sim.node_at(self, t, self._timer, t)
 
-    def _drive_ownership(self, own: Ownership) -> None:
+    def _drive_ownership(self, glue: MemberOwnership) -> None:
         """Feed the ownership core what the membership core changed; carry out its outputs."""
         sim = self.sim
         now = sim.now
-        proto = self.proto
-        assert proto is not None
-        if self._view_dirty:
-            self._view_dirty = False
-            core = self.core
-            assert core is not None  # called from _flush, with the process running
-            suspects = [m.node_id for m in core.live_members() if m.status == "suspect"]
-            proto.set_view(self.view, suspects, now)
+        own = glue.core
+        glue.feed_view(now)
         released: list[tuple[int, int]] = []
-        for action in proto.actions():
+        for action in glue.actions():
             if isinstance(action, Release):
                 o = own.owned.get(action.partition)  # None: it ended in the same update (a jump)
                 if o is not None:
@@ -415,18 +405,14 @@ class SwimNode(Node):
                 self._on_ownership(self, action)
         if released:  # the simulated application drains for drain_s, then reports it is done
             sim.node_at(self, now + self.drain_s, self._releases_done, released)
-        for dst, data in proto.datagrams_to_send(now):
-            node = sim.nodes.get(dst)
-            if node is not None and node.addr is not None:
-                sim.send(self, data, node.addr)
-        if self.leaving and proto.left_ready:
+        for data, addr in glue.datagrams_to_send(now):
+            sim.send(self, data, addr)
+        if self.leaving and glue.membership_leave_due():
             core = self.core
             assert core is not None  # a leaving process runs its core until its leave went out
-            if core.status == "alive" and not core.leave_broadcast_done and not self._swim_leave_started:
-                self._swim_leave_started = True
-                core.leave(now)
-                for data, addr in core.datagrams_to_send():
-                    sim.send(self, data, addr)
+            core.leave(now)
+            for data, addr in core.datagrams_to_send():
+                sim.send(self, data, addr)
 
     # ------------------------------------------------------------------ observing
 

@@ -87,14 +87,14 @@ _ROOT = Path(__file__).resolve().parents[1]
 _PACKAGES = ("membership", "placement", "ownership", "simulations", "spark_jobs", "placement_cli")
 
 #: What each layer may import of the project (besides itself). Layers point down: gossip and the
-#: placement math at the bottom; the ownership protocol and the client library on the math; the
+#: placement math at the bottom; the ownership protocol on the math and gossip, the client library on the math; the
 #: simulator and the service on those; the Spark jobs on the simulator and the client; the
 #: ``placement`` command (placement_cli) above everything, gathering every layer's subcommands.
 _ALLOWED = {
     "membership": set(),
     "placement": {"membership"},  # argtypes parses dns: seeds with membership.seeds (lazily)
     "placement.client": {"placement"},
-    "ownership": {"placement"},
+    "ownership": {"placement", "membership"},  # ownership.driver joins the two protocol cores
     "simulations": {"membership", "ownership", "placement"},
     "placement.service": {"membership", "ownership", "placement", "placement.client"},
     "spark_jobs": {"placement", "placement.client", "simulations"},

@@ -39,10 +39,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from membership import SUSPECT, MemberInfo
+from membership import MemberInfo
 from membership.aio import Member
 from membership.wire import Keyring
 from ownership import Acquired, Ended, ExclusiveConfig, Ownership, Release, wire
+from ownership.driver import MemberOwnership
 from ownership.lease import WitnessState
 from ownership.protocol import OwnershipProtocol
 from ownership.views import View
@@ -121,8 +122,11 @@ class ExclusiveRunner:
         #: Where the members this node knows are kept, so that started again without ``--join``
         #: it rejoins them (``placement.service.members_file``).
         self._members_file = members_file
-        self.proto = OwnershipProtocol(own, cluster=cluster, keyring=self._keyring,
-                                       persist=None if state_file is None else self._persist)
+        #: The rules in membership's shape, joined to the gossip member's core (view feed,
+        #: addresses, leave) as the simulator joins them (``ownership.driver``).
+        self.glue = MemberOwnership(OwnershipProtocol(own, cluster=cluster, keyring=self._keyring,
+                                                      persist=None if state_file is None else self._persist),
+                                    member.core)
         self.state_write_errors = 0
         self._older_told = 0
         self._foreign_told = 0
@@ -139,15 +143,13 @@ class ExclusiveRunner:
         self._timer_at: float | None = None
         self._left = asyncio.Event()
         self._view: View | None = None  # the stable view last told to ``hooks.view``
-        self.sent = 0
-        self.no_address = 0
         self.closed = False
         member.add_channel(wire.MAGIC, self._datagram)
 
     @property
     def own(self) -> Ownership:
-        """The rules' state (``proto.core``), to read."""
-        return self.proto.core
+        """The rules' state (``glue.core``), to read."""
+        return self.glue.core
 
     # ------------------------------------------------------------------ inputs
 
@@ -156,19 +158,17 @@ class ExclusiveRunner:
             return
         if self._members_file is not None:
             self._members_file.note(((m.node_id, m.addr) for m in live), self._loop.time())
-        view = {m.node_id: m.meta.weight for m in live}
-        suspects = [m.node_id for m in live if m.status == SUSPECT]
-        self.proto.set_view(view, suspects, self._loop.time())
+        self.glue.feed_view(self._loop.time(), live)
         self._drive()
 
     def declared_dead(self) -> None:
         if not self.closed:
-            self.proto.declared_dead(self._loop.time())
+            self.glue.declared_dead(self._loop.time())
             self._drive()
 
     async def leave(self, timeout_s: float) -> bool:
         """Release everything with handoffs; True once all notes were acknowledged."""
-        self.proto.leave(self._loop.time())
+        self.glue.leave(self._loop.time())
         self._drive()
         try:
             await asyncio.wait_for(self._left.wait(), timeout_s)
@@ -186,13 +186,13 @@ class ExclusiveRunner:
 
     def _datagram(self, data: bytes, addr: tuple[str, int]) -> None:
         if not self.closed:
-            self.proto.receive_datagram(data, self._loop.time())
+            self.glue.receive_datagram(data, self._loop.time())
             self._drive()
 
     def _tick(self) -> None:
         self._timer = self._timer_at = None
         if not self.closed:
-            self.proto.handle_timer(self._loop.time())
+            self.glue.handle_timer(self._loop.time())
             self._drive()
 
     # ------------------------------------------------------------------ state
@@ -237,9 +237,9 @@ class ExclusiveRunner:
             "forgetful": own.lease.views.forgetful,
             "quiet_for_s": max(0.0, own.lease.views.quiet_until - now),
             "counters": dataclasses.asdict(own.counters),
-            "dropped": self.proto.malformed,
+            "dropped": self.glue.proto.malformed,
             # Messages of kinds this version does not know, skipped (a newer member: an upgrade).
-            "unknown_messages": self.proto.dropped["unknown_kind"],
+            "unknown_messages": self.glue.proto.dropped["unknown_kind"],
             **({} if self._state_file is None else {"state_writes": self._state_file.writes,
                                                     "state_write_errors": self.state_write_errors}),
         }
@@ -257,14 +257,14 @@ class ExclusiveRunner:
 
     def _drive(self) -> None:
         own, now = self.own, self._loop.time()
-        actions = self.proto.actions()
+        actions = self.glue.actions()
         if actions:
             self._unpublished.extend(actions)
             if self._flush_handle is None:
                 self._flush_handle = self._loop.call_soon(self._flush)
         elif self.holding.valid_until != own.valid_until:  # a renewal: published at once
             self.holding = dataclasses.replace(self.holding, valid_until=own.valid_until)
-        datagrams = self.proto.datagrams_to_send(now)
+        datagrams = self.glue.datagrams_to_send(now)
         views = own.lease.views
         if views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None:
             self._foreign_told = views.foreign_inc
@@ -280,21 +280,9 @@ class ExclusiveRunner:
                        "no view older than one it held. If the cluster was created anew under the same name, "
                        "this file is from the old one: stop this node and delete the file (it forgets those "
                        "promises)", self._state_file.path, restored_num, views.older_refused)
-        if datagrams:
-            core = self._member.core
-            last: tuple[str, tuple[str, int] | None] = ("", None)
-            for dst, data in datagrams:
-                if dst != last[0]:
-                    # One member looked up, not the whole list built: a witness answers every
-                    # member's renewal each second (issue 14: idle CPU).
-                    info = core.member(dst)
-                    last = (dst, None if info is None else info.addr)
-                    if last[1] is None:
-                        self.no_address += 1  # not (yet) in our member list: resent while it matters
-                if last[1] is not None:
-                    self._member.send_datagram(data, last[1])
-                    self.sent += 1
-        if self.proto.left_ready:
+        for data, addr in datagrams:
+            self._member.send_datagram(data, addr)
+        if self.glue.left_ready:
             self._left.set()
         view = own.lease.views.view  # replaced whole on install: an identity test per pass
         if view is not self._view:
@@ -304,7 +292,7 @@ class ExclusiveRunner:
         # The timer follows the core's deadline both ways: left at an earlier deadline that
         # passed (the resend check of a round a quorum has granted since), it would wake this
         # thread for nothing, once a renewal (issue 14: idle CPU).
-        due = self.proto.get_timer()
+        due = self.glue.get_timer()
         if due != self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
@@ -380,7 +368,7 @@ class ExclusiveRunner:
         done = [(p, payload) for p, epoch, payload in batch
                 if (o := self.own.owned.get(p)) is not None and o.epoch == epoch]
         if done:
-            self.proto.releases_done(done, self._loop.time())  # the rules run once for all of them
+            self.glue.releases_done(done, self._loop.time())  # the rules run once for all of them
         self._drive()
 
     def _ended(self, action: Ended) -> None:
