@@ -12,6 +12,8 @@ code. The rules, what they guarantee and under which assumptions: docs/ownership
 ``driver``    ``MemberOwnership``: that protocol joined to a membership core (view feed, declared
               deaths, addresses, leave after the handoffs, merged timer); the node and the
               simulator drive this same glue
+``states``    a partition's state at one member as one type, and the table of the moves the rules
+              make between states (checked by the simulator after every step)
 ``messages``  the core's actions (``Acquired``, ``Release``, ``Ended``) and handoff messages
 ``config``    ``ExclusiveConfig``, the rules' timing
 ``wire``      the datagram form of every ownership message (fragments, optional AES-GCM)

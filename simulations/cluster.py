@@ -72,6 +72,8 @@ class SwimSystem:
             checks.append(invariants.EpochsRise(cluster))
         if cluster.check_cores:  # O(members) per step: see docs/simulations.md, "Invariants"
             checks.append(invariants.swim_core_indexes)
+            if self.exclusive is not None:
+                checks.append(invariants.PartitionMoves())  # O(partitions known) per step
 
     def make_node(self, cluster: Cluster, node_id: str, index: int, weight: float) -> Node:
         offset = 0.0

@@ -16,6 +16,9 @@ state - no randomness, no scheduling - so a run is the same with or without them
 ``EpochsRise``          exclusive ownership: each acquisition of a partition carries a fencing
                         epoch above every earlier one of that partition, whatever the path
                         (note, takeover, take-back, restart, census; docs/ownership.md rule 8).
+``PartitionMoves``      exclusive ownership: every change of a partition's state at a member is
+                        a move listed in ``ownership.states.TRANSITIONS``. O(partitions a member
+                        knows) per touched node: with ``swim_core_indexes``, tests and the fuzzer.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import Any
 import numpy as np
 
 from ownership import Acquired, Ended
+from ownership.states import TRANSITIONS, PartitionState, states_of
 
 from .nodes import SwimNode
 
-__all__ = ["EPOCHS_RISE", "EpochsRise", "NoDualOwnership", "OneLeaderPerView", "SelfView", "swim_core_indexes"]
+__all__ = ["EPOCHS_RISE", "EpochsRise", "NoDualOwnership", "OneLeaderPerView", "PartitionMoves", "SelfView",
+           "swim_core_indexes"]
 
 
 def _touched_once(sim) -> list[Any]:
@@ -314,3 +319,35 @@ class EpochsRise:
         return (f"partition {r['partition']} acquired by {self._name(r['node'])} at {r['at']:.3f} with epoch "
                 f"{r['epoch']}, not above epoch {r['previous']} acquired by {self._name(r['previous_node'])} "
                 f"at {r['previous_at']:.3f}")
+
+
+class PartitionMoves:
+    """Exclusive ownership: a partition's state at a member (``ownership.states.state_of``)
+    changes only by a move of ``ownership.states.TRANSITIONS``, the table that names each move's
+    rule. Compared after every step on every node the step touched; a new process (a restart)
+    starts from nothing."""
+
+    __name__ = "partition moves"
+
+    def __init__(self) -> None:
+        #: node -> (its ownership core, the states seen after the last step it was touched in)
+        self._last: dict[Any, tuple[Any, dict[int, PartitionState]]] = {}
+
+    def __call__(self, sim) -> str | None:
+        none = PartitionState.NONE
+        for node in _touched_once(sim):
+            own = getattr(node, "own", None)
+            if own is None or not node.up:
+                self._last.pop(node, None)
+                continue
+            seen = self._last.get(node)
+            before = seen[1] if seen is not None and seen[0] is own else {}
+            after = states_of(own)
+            if after != before:
+                for p in before.keys() | after.keys():
+                    move = (before.get(p, none), after.get(p, none))
+                    if move[0] is not move[1] and move not in TRANSITIONS:
+                        return (f"{node.node_id}: partition {p} went from {move[0].value} to {move[1].value}, "
+                                f"a move ownership.states.TRANSITIONS does not list")
+            self._last[node] = (own, after)
+        return None

@@ -22,7 +22,7 @@ _PURE_MODULES = (
     *(f"placement.{m}" for m in ("argtypes", "bounded", "changes", "codec", "errors", "hashing", "rendezvous",
                                  "snapshot", "table")),
     # The ownership protocol is pure too: the simulator and a Spark sweep need no service package.
-    *(f"ownership.{m}" for m in ("config", "core", "lease", "messages", "views", "wire")),
+    *(f"ownership.{m}" for m in ("config", "core", "lease", "messages", "protocol", "states", "views", "wire")),
 )
 
 
