@@ -11,12 +11,13 @@ nothing, so the simulator runs the glue the node runs.
     proto = OwnershipProtocol(Ownership(...), cluster="prod", keyring=keys, persist=save)
     proto.receive_datagram(data, now)          # a datagram on the gossip socket's channel
     proto.handle_timer(now)                    # at proto.get_timer()
-    for action in proto.actions(): ...         # Acquired / Release / Ended, in order
+    while (action := proto.next_event()) is not None: ...   # Acquired / Release / Ended, in order
     for dst, data in proto.datagrams_to_send(now): send(data, address_of(dst))
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -46,6 +47,7 @@ class OwnershipProtocol:
         #: Datagrams dropped: "malformed" (garbage, another cluster, not sealed with our keys),
         #: and messages of kinds this version does not know, skipped ("unknown_kind").
         self.dropped: dict[str, int] = {"malformed": 0, "unknown_kind": 0}
+        self._pending: deque[Action] = deque()  # taken from the rules, not yet given out
 
     # ------------------------------------------------------------------ inputs
 
@@ -76,7 +78,18 @@ class OwnershipProtocol:
     # ------------------------------------------------------------------ outputs
 
     def actions(self) -> list[Action]:
-        return self.core.actions()
+        """Every action due, oldest first (``next_event`` one at a time, as membership's core)."""
+        if not self._pending:
+            return self.core.actions()
+        out = [*self._pending, *self.core.actions()]
+        self._pending.clear()
+        return out
+
+    def next_event(self) -> Action | None:
+        """The oldest action due (``Acquired``, ``Release``, ``Ended``), or None."""
+        if not self._pending:
+            self._pending.extend(self.core.actions())
+        return self._pending.popleft() if self._pending else None
 
     def get_timer(self) -> float:
         return self.core.get_timer()

@@ -98,3 +98,19 @@ def test_a_datagram_to_an_id_the_membership_core_does_not_know_is_counted_not_se
         a.handle_timer(t)
         assert all(addr != ADDR["b"] for _, addr in a.datagrams_to_send(t))
     assert a.no_address > 0
+
+
+def test_actions_come_one_at_a_time_or_all_at_once_in_the_same_order():
+    def founder() -> OwnershipProtocol:
+        own = Ownership("a", ExclusiveConfig(), _tables, 0.0, founder=True)
+        proto = OwnershipProtocol(own)
+        proto.set_view({"a": 1.0}, (), 0.0)
+        return proto
+
+    one, batch = founder(), founder()
+    first = one.next_event()
+    rest = []
+    while (action := one.next_event()) is not None:
+        rest.append(action)
+    assert [first, *rest] == batch.actions() and len(rest) == P - 1  # the founder acquires every partition
+    assert one.next_event() is None and one.actions() == []
