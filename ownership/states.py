@@ -77,6 +77,12 @@ TRANSITIONS: Mapping[tuple[PartitionState, PartitionState], str] = {
     (_S.OWNED, _S.WAITING):
         "ownership ended at once without a note (declared dead, the lease ran out, a jump between views): back "
         "only on a clean verdict (rules 1, 4, 5, 9)",
+    (_S.OWNED, _S.TO_PASS):
+        "ownership ended at once without a note (declared dead, the lease ran out) in the pass that finds "
+        "another member leading it: passed on once a take-back would be allowed (rules 1, 5, 9)",
+    (_S.OWNED, _S.PASSED):
+        "ended at once without a note and, in the same pass, no longer led and given up where a taker may "
+        "hold it (rules 1, 5, 9; in the code, not met in the fuzz runs)",
     (_S.RELEASING, _S.OWNED):
         "ended without a note and taken back in the same pass: still led by this member, under a lease that held "
         "(rule 5)",
@@ -87,6 +93,9 @@ TRANSITIONS: Mapping[tuple[PartitionState, PartitionState], str] = {
     (_S.RELEASING, _S.HELD):
         "drained, but its leader refused notes (it is leaving): the right is kept as a note held (rule 3; in the "
         "code, not met in the fuzz runs)",
+    (_S.RELEASING, _S.NONE):
+        "the last release of a leaving member that has nobody to hand it to (the cluster's last member) "
+        "(rule 3; in the code, not met in the fuzz runs)",
     (_S.WAITING, _S.NONE):
         "no longer led, and waited for from another member: the new leader is told whom to wait for (Redirect; "
         "rule 6)",
