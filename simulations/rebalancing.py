@@ -3,7 +3,8 @@ item 3), with static weights measured beside them on the same loads.
 
 Every ``period_s`` (a round, on the scenario's logical clock) every running member computes
 ``placement.rebalance.plan`` from *its own* stable view (``Ownership.lease``: the committed
-members and weights) and the round's loads, with its own copy of the move bucket
+members and weights; on a system without exclusive ownership, its gossip view) and the round's
+loads, with its own copy of the move bucket
 (``MoveBudget``), and sets its own weight to what the plan gives it - through the same path an
 operator's ``--weight`` change takes (gossiped, then committed by the next stable view, whose
 partitions move by handoff; ``simulations.invariants`` checks there is never a second owner). No
@@ -42,8 +43,6 @@ class LoadRounds:
     def __init__(self, cluster, model: LoadModel, *, period_s: float, first_s: float, load_aware: bool,
                  sample_s: float = 30.0, settle_s: float = 60.0,
                  rebalance: RebalanceConfig | None = None) -> None:
-        if cluster.system.exclusive is None:
-            raise ValueError("load-skew needs stable views: run it on an exclusive system (swim-exclusive)")
         self.cluster = cluster
         self.sim = cluster.sim
         self.model = model
@@ -109,21 +108,23 @@ class LoadRounds:
         self.sim.at(self.sim.now + self.period_s, self._round)
 
     def _plan_everywhere(self, at_s: int) -> dict[str, tuple[int, Plan]]:
-        """Every running member plans from its own stable view; plans from one view must agree."""
+        """Every running member plans from its own stable view (without exclusive ownership: from
+        its gossip view, number 0); plans from equal views must agree."""
         report = LoadReport.of(self.model.rates(at_s))
         plans: dict[str, tuple[int, Plan]] = {}
-        by_view: dict[int, tuple[Plan, MoveBudget]] = {}
+        by_view: dict[tuple, tuple[Plan, MoveBudget]] = {}
         for n in self._members():
             own = n.own
-            if own is None or not own.lease.num:
-                continue
+            if own is not None and not own.lease.num:
+                continue  # no stable view yet
+            num, weights = (0, dict(n.view)) if own is None else (own.lease.num, own.lease.weights)
             budget = self.budgets.get(n.node_id, MoveBudget(at_s=at_s)).refilled(at_s)
-            p = plan(own.lease.weights, report, self.config, self.rebalance, allowance=budget.tokens)
+            p = plan(weights, report, self.config, self.rebalance, allowance=budget.tokens)
             self.budgets[n.node_id] = budget.spent(p.moved, self.config.partitions)
-            seen = by_view.setdefault(own.lease.num, (p, budget))
+            seen = by_view.setdefault((num, *sorted(weights.items())), (p, budget))
             if seen != (p, budget):
                 self.agree = False
-            plans[n.node_id] = (own.lease.num, p)
+            plans[n.node_id] = (num, p)
         return plans
 
     def _settled(self, record: dict[str, Any]) -> None:
