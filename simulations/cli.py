@@ -32,6 +32,7 @@ _PARAM_TYPES: dict[str, Callable[[str], Any]] = {
     "fraction": argtypes.fraction,
     "gap_s": argtypes.positive_float,
     "period_s": argtypes.positive_float,
+    "drift_every_s": argtypes.positive_float,
     "crash_at_s": argtypes.number(),  # negative: no crash
 }
 

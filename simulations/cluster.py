@@ -7,7 +7,7 @@ metrics - is shared, so the designs are compared under the same scenario and see
 
 Fault actions (all take effect at the current simulated time; scenarios schedule them with
 ``cluster.sim.at``): ``join``, ``crash``, ``restart``, ``leave``, ``stall``, ``slow``,
-``partition``, ``heal``, ``set_loss``.
+``partition``, ``heal``, ``set_loss``, ``set_weight(s)``.
 """
 
 from __future__ import annotations
@@ -239,6 +239,14 @@ class Cluster:
         for i in ids:
             self.nodes[i].set_weight(weight)
         self.metrics.action(f"weight={weight:g}", ids)
+        self._membership_changed()
+
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Several nodes' weights at once, one action (a rebalance: each node sets its own)."""
+        ids = [i for i in sorted(weights) if self.nodes[i].up]
+        for i in ids:
+            self.nodes[i].set_weight(weights[i])
+        self.metrics.action("weights", ids)
         self._membership_changed()
 
     def stall(self, node_ids: Iterable[str], seconds: float) -> None:

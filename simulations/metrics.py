@@ -20,6 +20,7 @@ Two kinds of observation:
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,8 @@ class Recorder:
         # about to end, declared dead, a jump to a newer stable view, condemned).
         self._releasing: dict[tuple[int, int], str] = {}
         self._dropped: dict[int, int] = {}
+        #: A scenario's own measurements: each is called by ``result`` and its keys merged in.
+        self.reporters: list[Callable[[], dict[str, Any]]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -342,6 +345,7 @@ class Recorder:
             "max_datagram_bytes": sim.max_datagram,
             "events": events,
             "series": self.series,
+            **{k: v for report in self.reporters for k, v in report().items()},
         }
 
     def _event_summary(self, e: dict[str, Any], t_end: float) -> dict[str, Any]:

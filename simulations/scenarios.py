@@ -154,6 +154,19 @@ def weight_change(cluster: Cluster, duration_s: float, weight: float = 2.0, at_s
     _later(cluster, at_s, lambda: cluster.set_weight(_pick(cluster, 1), weight))
 
 
+@scenario("load-skew", "skewed partition loads (lognormal sigma 0.5, 5 % hot at 10x, drifting every `drift_every_s`); "
+          "every `period_s` each member plans load-aware weights from its stable view (static: `load_aware=False`)",
+          nodes=16, duration_s=3600.0)
+def load_skew(cluster: Cluster, duration_s: float, period_s: float = 300.0, first_s: float = 30.0,
+              drift_every_s: float = 180.0, load_aware: bool = True) -> None:
+    """Issue 33 item 3 (``simulations.rebalancing``): static max/mean is measured beside the
+    load-aware one on the same loads in either case."""
+    from .load_model import LoadModel, LoadShape
+    from .rebalancing import LoadRounds
+    model = LoadModel(cluster.placement.partitions, cluster.sim.seed, LoadShape(drift_every_s=drift_every_s))
+    LoadRounds(cluster, model, period_s=period_s, first_s=first_s, load_aware=load_aware).start()
+
+
 @scenario("loss", "packet loss `loss` on every link from t=0, one crash at t=`crash_at_s`",
           nodes=16, duration_s=300.0)
 def loss(cluster: Cluster, duration_s: float, loss: float = 0.05, crash_at_s: float = 60.0) -> None:
