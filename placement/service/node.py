@@ -76,7 +76,9 @@ from ..changes import OwnershipChange
 from ..errors import PlacementError
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
+from .change_stream import ChangeStream
 from .console.events import EventLog
+from .membership_log import MembershipLog
 from .node_available import AvailableOwnership
 from .node_config import Addr, NodeConfig, read_key_file
 from .node_exclusive import ExclusiveOwnership
@@ -100,98 +102,9 @@ Listener = Callable[[int], object]
 
 
 _log = logging.getLogger("placement.node")
-#: One line per join, suspicion, death, refutation and leave another member makes (rate-limited:
-#: ``_MembershipLog``); ``placement node`` shows its INFO lines too.
-_membership_log = logging.getLogger("placement.membership")
 # The core reports a persisting id conflict at most once a minute: hold "not ready" a little
 # longer than that, so it does not flap while the conflict lasts.
 _ID_CONFLICT_HOLD_S = 90.0
-
-
-class _MembershipLog:
-    """``_membership_log`` lines, at most ``burst`` at once and ``per_s`` a second after that
-    (a token bucket): a split of a large cluster changes hundreds of members in a second. What
-    is dropped is counted and said in the next line that is written; ``GET /v1/events`` holds
-    every change."""
-
-    def __init__(self, observer: str, burst: int = 20, per_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.observer = observer
-        self.burst, self.per_s, self._clock = burst, per_s, clock
-        self._tokens = float(burst)
-        self._at = clock()
-        self.dropped = 0
-
-    def write(self, level: int, text: str) -> bool:
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.per_s)
-        self._at = now
-        if self._tokens < 1:
-            self.dropped += 1
-            return False
-        self._tokens -= 1
-        if self.dropped:
-            text += f" ({self.dropped} membership changes not logged before this: too many at once; see GET /v1/events)"
-            self.dropped = 0
-        _membership_log.log(level, "%s", text)
-        return True
-
-    def event(self, event: MemberEvent) -> None:
-        """The line for one change of another member (``updated`` has none: metadata)."""
-        m, by, me = event.member, event.by, self.observer
-        where = f"{m.addr[0]}:{m.addr[1]}"
-        heard = ("never heard from directly" if m.heard_at is None
-                 else f"last heard {max(0.0, time.monotonic() - m.heard_at):.1f} s ago")
-        if event.kind == "joined":
-            self.write(logging.INFO, f"member {m.node_id} joined: gossip {where}, http {m.meta.http or '-'}, "
-                                     f"weight {m.meta.weight:g}, incarnation {m.incarnation}")
-        elif event.kind == "suspect":
-            why = ("it did not answer this node's probes, direct or through other members" if by in ("", me)
-                   else f"{by} suspects it (its probes went unanswered)")
-            self.write(logging.WARNING, f"member {m.node_id} at {where} is suspect: {why}; {heard}; it is declared "
-                                        "dead unless it refutes in time")
-        elif event.kind == "alive":
-            self.write(logging.INFO, f"member {m.node_id} at {where} refuted the suspicion: alive at incarnation "
-                                     f"{m.incarnation}")
-        elif event.kind == "dead":
-            why = ("its suspicion ran out here without a refutation" if by in ("", me)
-                   else f"declared dead by {by} (its suspicion ran out there without a refutation)")
-            self.write(logging.WARNING, f"member {m.node_id} at {where} is dead: {why}; {heard}")
-        elif event.kind == "left":
-            self.write(logging.INFO, f"member {m.node_id} at {where} left: it announced its leave")
-
-
-class _ChangeStream:
-    """One ``ownership_changes`` reader's unread changes, merged into one (``OwnershipChange.then``):
-    a reader that is slow, or never reads, holds at most one partition set, not a queue."""
-
-    def __init__(self, first: OwnershipChange) -> None:
-        self._pending: OwnershipChange | None = first  # the first is yielded even when empty
-        self._first = True
-        self._closed = False
-        self._error: BaseException | None = None  # raised to the reader once it has read the rest
-        self._ready = asyncio.Event()
-
-    def put(self, change: OwnershipChange) -> None:
-        merged = change if self._pending is None else self._pending.then(change)
-        self._pending = merged if (merged or self._first) else None  # back where the reader is
-        self._ready.set()
-
-    def close(self, error: BaseException | None = None) -> None:
-        self._closed = True
-        self._error = self._error or error
-        self._ready.set()
-
-    async def get(self) -> OwnershipChange | None:
-        while self._pending is None:
-            if self._closed:
-                if self._error is not None:
-                    raise self._error
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        change, self._pending, self._first = self._pending, None, False
-        return change
 
 
 class Node:
@@ -204,7 +117,7 @@ class Node:
         self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
-        self._streams: set[_ChangeStream] = set()
+        self._streams: set[ChangeStream] = set()
         self._acquired_cbs: list[Listener] = []
         self._released_cbs: list[Listener] = []
         self._leaderships: dict[str, list[Callable[[], None]]] = {}
@@ -220,7 +133,7 @@ class Node:
         self.callback_errors = 0  # exceptions raised by ownership callbacks (isolated)
         self.events = EventLog()  # what happened, for the console's timeline (GET /v1/events)
         self._seeds: tuple[Addr | DnsSeed, ...] = config.join  # join, or the members on file (start)
-        self._membership_log = _MembershipLog(config.node_id)
+        self._membership_log = MembershipLog(config.node_id)
         side = NodeSide(table=lambda: self.table, publish=self._publish, leaderships_changed=self._check_leaderships,
                         may_own=lambda: self.joined and not self._leaving, closed=lambda: self._closed)
         #: What this node owns and when that changes: the one place the two modes differ.
@@ -458,7 +371,7 @@ class Node:
     async def ownership_changes(self) -> AsyncIterator[OwnershipChange]:
         """Every ownership change from now on; the first item is the current ownership. A
         reader that falls behind gets the changes it missed merged into one net change."""
-        stream = _ChangeStream(OwnershipChange(self.owned_partitions(), frozenset(), self.table.checksum))
+        stream = ChangeStream(OwnershipChange(self.owned_partitions(), frozenset(), self.table.checksum))
         self._streams.add(stream)
         try:
             while (change := await stream.get()) is not None:
