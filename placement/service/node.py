@@ -176,7 +176,7 @@ class Node:
         )
         assert self._thread is not None
         runner = self._mode.open(member, self._thread)
-        self._member = member  # (the runner, too, is there before the founder's first acquisitions reach the app)
+        self._member = member  # with the runner: before the founder's first acquisitions reach the application
         return member, runner
 
     async def __aenter__(self) -> Node:
@@ -254,7 +254,7 @@ class Node:
     def lease_valid_until(self) -> float | None:
         """Exclusive mode: the ``time.monotonic()`` instant this node's quorum lease ends, as last
         renewed (work started on a partition must end by then: ``may_work`` turns False the
-        instant it passes); None in available mode."""
+        instant it passes); None in available mode. Exclusive mode's reads raise before ``start()``."""
         return self._mode.lease_valid_until()
 
     @property
