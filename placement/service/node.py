@@ -196,11 +196,10 @@ class Node:
         self.events.append("leaving", self.node_id, "leaving the cluster: handing its partitions over, then "
                            "stopping; ask another node", time.time())
         self._changed.set()
-        thread = self._thread
-        await self._mode.leave(thread, timeout_s)  # every partition handed on, or released
+        await self._mode.leave(timeout_s)  # every partition handed on, or released
         self._check_leaderships()
-        await thread.run(self._member.leave(timeout_s))
-        thread.stop()
+        await self._thread.run(self._member.leave(timeout_s))
+        self._thread.stop()
         self._end_streams()
 
     def close(self) -> None:

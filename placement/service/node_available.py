@@ -111,7 +111,7 @@ class AvailableOwnership:
         self.view_changed()
         self._node.leaderships_changed()
 
-    async def leave(self, thread: MembershipThread, timeout_s: float) -> None:
+    async def leave(self, timeout_s: float) -> None:
         self._node.publish(diff(self._owned_table, None, self._node_id))
         self._owned_table = None
 

@@ -62,6 +62,7 @@ class ExclusiveOwnership:
         self._node = node
         self._events = events
         self._runner: ExclusiveRunner | None = None  # built on the membership thread (open)
+        self._thread: MembershipThread | None = None  # where the runner runs (open)
         self._seeds: tuple[Addr | DnsSeed, ...] = config.join  # join, or the members on file (prepare)
         self._members_file: MembersFile | None = None  # (prepare)
         self._state: tuple[StateFile | None, WitnessState | None] = (None, None)  # --state-dir (prepare)
@@ -134,6 +135,7 @@ class ExclusiveOwnership:
     def open(self, member: Member, thread: MembershipThread) -> ExclusiveRunner:
         c = self._config
         state_file, restored = self._state
+        self._thread = thread
         self._runner = ExclusiveRunner(
             c.node_id, c.exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
             cluster=c.cluster, keys=c.membership_config().keys, hooks=AppBridge(thread, self).hooks(),
@@ -157,9 +159,10 @@ class ExclusiveOwnership:
     def declared_dead(self) -> None:
         pass  # the runner heard it first, on the membership thread: it ends what this node held
 
-    async def leave(self, thread: MembershipThread, timeout_s: float) -> None:
+    async def leave(self, timeout_s: float) -> None:
         """Hand every partition on first (bounded by the release deadline), then stop the runner."""
-        runner = self.runner
+        runner, thread = self.runner, self._thread
+        assert thread is not None
 
         async def hand_on() -> None:
             await runner.leave(self._config.exclusive.handoff_timeout_s + timeout_s)

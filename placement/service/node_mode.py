@@ -85,7 +85,7 @@ class OwnershipMode(Protocol):
         """The cluster declared this node dead (it has refuted)."""
         ...
 
-    async def leave(self, thread: MembershipThread, timeout_s: float) -> None:
+    async def leave(self, timeout_s: float) -> None:
         """A graceful leave: give up every partition (before the member announces the leave)."""
         ...
 
