@@ -11,7 +11,8 @@ import logging
 import pytest
 
 from membership import MemberEvent, MemberInfo, Meta
-from placement.service.node import Node, _MembershipLog
+from placement.service.membership_log import MembershipLog
+from placement.service.node import Node
 
 from test_node import config, eventually
 
@@ -51,7 +52,7 @@ def test_a_killed_member_is_logged_as_suspect_then_dead_and_a_leave_as_left(capl
 def test_a_refutation_and_the_rate_limit():
     now = [0.0]
     written: list[str] = []
-    log = _MembershipLog("n1", burst=3, per_s=1.0, clock=lambda: now[0])
+    log = MembershipLog("n1", burst=3, per_s=1.0, clock=lambda: now[0])
     logging.getLogger("placement.membership").addHandler(handler := logging.Handler())
     handler.emit = lambda record: written.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("placement.membership").setLevel(logging.INFO)

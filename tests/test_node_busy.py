@@ -152,7 +152,7 @@ def test_control_a_blocked_membership_thread_is_declared_dead():
 
         busy.node._thread.loop.call_soon_threadsafe(stall)
         await eventually(started.is_set, what="the membership thread stalls")
-        lease_end = busy.node._runner.holding.valid_until  # nobody can renew it now
+        lease_end = busy.node.lease_valid_until  # nobody can renew it now
         await eventually(lambda: time.monotonic() > lease_end, what="the lease's end")
         # Read from this thread while the runner cannot run: no work the instant the lease lapsed.
         assert not ended.is_set()

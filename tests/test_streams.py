@@ -15,7 +15,7 @@ from membership import Meta
 from membership.aio import Subscription, SubscriptionOverflow
 from membership.messages import Event, MemberEvent, MemberInfo
 from placement.changes import OwnershipChange
-from placement.service.node import _ChangeStream
+from placement.service.change_stream import ChangeStream
 
 owned_sets = st.lists(st.frozensets(st.integers(0, 15)), min_size=1, max_size=8)
 
@@ -37,7 +37,7 @@ def test_merged_changes_equal_the_net_change_of_the_sequence(start, states):
 
 def test_a_slow_reader_gets_one_net_change_and_nothing_for_a_round_trip():
     async def scenario():
-        stream = _ChangeStream(OwnershipChange(frozenset({1, 2}), frozenset(), "a"))
+        stream = ChangeStream(OwnershipChange(frozenset({1, 2}), frozenset(), "a"))
         assert await stream.get() == OwnershipChange(frozenset({1, 2}), frozenset(), "a")
         for i in range(1000):  # partition 3 comes and goes; 2 goes; 4 comes
             stream.put(OwnershipChange(frozenset({3}), frozenset(), f"x{i}"))
@@ -54,7 +54,7 @@ def test_a_slow_reader_gets_one_net_change_and_nothing_for_a_round_trip():
 
 def test_the_first_change_is_yielded_even_when_nothing_is_owned():
     async def scenario():
-        stream = _ChangeStream(OwnershipChange(frozenset(), frozenset(), "a"))
+        stream = ChangeStream(OwnershipChange(frozenset(), frozenset(), "a"))
         stream.put(OwnershipChange(frozenset({1}), frozenset(), "b"))
         stream.put(OwnershipChange(frozenset(), frozenset({1}), "c"))
         assert await stream.get() == OwnershipChange(frozenset(), frozenset(), "c")

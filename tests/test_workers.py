@@ -124,7 +124,7 @@ def test_a_killed_owners_partitions_restart_elsewhere_with_higher_epochs():
         far = view_epoch(1000)
 
         def long_history(node):
-            node._runner.own.epoch_clock = far
+            node._thread.runner.own.epoch_clock = far
 
         nodes, workers = await three_nodes(journal, before_join=long_history)
         await eventually(lambda: owned_once(nodes) and all(n.owned_partitions() for n in nodes), timeout_s=20)

@@ -1,7 +1,12 @@
 """The service side: everything that does I/O around the pure placement code in ``placement``.
 
 ``node``            the composition root: gossip (``membership``) + placement + ownership cores
+``node_config``     ``NodeConfig`` and the gossip key file
+``node_mode``       the interface of the two ownership modes: ``node_available``, ``node_exclusive``
 ``node_ownership``  drives the pure ownership cores (``ownership.core``) with the live view
+``node_bridge``     the runner's news to the application's loop (one method per kind)
+``membership_log``  the node's rate-limited log lines about other members
+``change_stream``   one ``ownership_changes()`` reader's unread changes, merged
 ``node_thread``     gossip and leases on a thread of their own; ``node_sync`` its blocking API
 ``loop_lag``        how long the application's loop is blocked (a gauge with no timer)
 ``node_flags``      the flags of ``placement node``/``witness`` and the ``NodeConfig`` they make

@@ -17,7 +17,8 @@ itself and count its partitions lost. The cores are unchanged; only where their 
 What crosses between the threads, and how:
 
 * membership events and ownership actions (and the member list, as an immutable tuple) go to
-  the application loop through a ``Mailbox``, in order; replies (a drained partition's payload)
+  the application loop through a ``Mailbox``, in order - the runner's actions by the named
+  methods of ``placement.service.node_bridge.AppBridge``; replies (a drained partition's payload)
   come back through another. A mailbox wakes its loop once per batch, not once per call: a
   handoff of 1,000 partitions is 2,000 calls, and one ``call_soon_threadsafe`` each (a socket
   write that releases the GIL, then waits to get it back) starved this thread into losing

@@ -1,0 +1,114 @@
+"""A node's settings (``NodeConfig``) and its gossip keys (``read_key_file``).
+
+Apart from ``node`` so that what a node is configured with can be read - by the flags that make
+it (``node_flags``) and by the parts of the node that take it (its ownership modes) - without
+the node itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from membership import MembershipConfig, Meta
+from membership.seeds import DnsSeed
+from ownership import ExclusiveConfig
+
+from ..errors import InvalidConfigError
+from ..table import TableConfig
+
+Addr = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Settings of one node. ``partitions``, ``replicas``, ``seed`` and ``capacity_factor``
+    are cluster-wide: a node whose values differ is refused at join."""
+
+    node_id: str
+    gossip_bind: Addr = ("127.0.0.1", 7001)
+    gossip_advertise: Addr | None = None
+    http_advertise: str = ""  # base URL others use to reach this node's HTTP API
+    join: tuple[Addr | DnsSeed, ...] = ()  # DnsSeed: every address of a DNS name (membership.seeds)
+    weight: float = 1.0
+    tags: Mapping[str, str] = field(default_factory=dict)
+    partitions: int = 4096
+    replicas: int = 1
+    seed: int = 0
+    capacity_factor: float | None = None
+    cluster: str = "placement"
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
+    admin_token: str | None = field(default=None, repr=False)
+    #: PEM certificate (chain) and private key files: the HTTP API serves HTTPS (``placement
+    #: node --tls-cert --tls-key``; the node itself only carries them to its server).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    settle_s: float = 1.0  # ready once joined and the view has not changed for this long
+    # After being declared dead: own nothing this long after refuting (several times the p99
+    # time for an update to reach every member, 0.4-0.6 s at N=256: BENCHMARKS.md).
+    rejoin_holddown_s: float = 3.0
+    #: ``placement node`` exits (status 5) if it has not joined after this long; 0: keeps trying.
+    join_timeout_s: float = 0.0
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    #: "exclusive" (never two owners: ``node_exclusive``) or "available" (owns what its own view
+    #: says, at once; two owners possible during splits and freezes: ``node_available``).
+    ownership: str = "exclusive"
+    exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
+    #: Where the witness keeps what it promised across restarts (``witness_state``); None:
+    #: it forgets, and a restart waits the quiet time before voting (docs/ownership.md).
+    state_dir: str | None = None
+    #: Found a new cluster even if this node's members file lists members of one it was in
+    #: (``placement node --new-cluster``): without it, a node started with no ``join`` seeds
+    #: that was a member of a cluster rejoins that cluster (``members_file``).
+    new_cluster: bool = False
+    #: Where nodes without ``state_dir`` keep their members file; None: ``$PLACEMENT_STATE_HOME``,
+    #: else ``$XDG_STATE_HOME/placement``, else ``~/.local/state/placement``.
+    state_home: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ownership not in ("exclusive", "available"):
+            raise InvalidConfigError(f"ownership must be 'exclusive' or 'available', got {self.ownership!r}")
+        if self.new_cluster and self.join:
+            raise InvalidConfigError("--new-cluster founds a new cluster, and --join joins a running one: drop one")
+        if self.state_dir is not None and self.ownership != "exclusive":
+            raise InvalidConfigError("--state-dir keeps a witness's promises, and only exclusive ownership has "
+                                     "witnesses: drop --state-dir or --ownership available")
+        TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
+        if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
+            raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
+        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags)  # validates weight
+
+    @property
+    def table_config(self) -> TableConfig:
+        return TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)
+
+    def cluster_settings(self) -> str:
+        """The fingerprint every member must share (checked by the gossip layer at join)."""
+        c = self.capacity_factor
+        return f"partitions={self.partitions},replicas={self.replicas},seed={self.seed},capacity={c}"
+
+    def membership_config(self) -> MembershipConfig:
+        return replace(self.membership, cluster_name=self.cluster, cluster_settings=self.cluster_settings(),
+                       keys=self.keys or self.membership.keys)
+
+
+def read_key_file(path: str) -> tuple[bytes, ...]:
+    """Keys for gossip encryption: one per line, hex or base64, 16/24/32 bytes; first is primary."""
+    keys = []
+    with open(path, encoding="ascii") as fh:
+        for n, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                key = bytes.fromhex(text) if len(text) in (32, 48, 64) else base64.b64decode(text, validate=True)
+            except (ValueError, binascii.Error):
+                raise InvalidConfigError(f"{path}:{n}: a key must be hex or base64") from None
+            if len(key) not in (16, 24, 32):
+                raise InvalidConfigError(f"{path}:{n}: a key must be 16, 24 or 32 bytes, got {len(key)}")
+            keys.append(key)
+    if not keys:
+        raise InvalidConfigError(f"{path}: no key found")
+    return tuple(keys)

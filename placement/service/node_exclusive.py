@@ -1,0 +1,246 @@
+"""Exclusive ownership (``NodeConfig.ownership = "exclusive"``, the default): a node owns a
+partition only under a quorum lease, and partitions move by handoff.
+
+The rules are the pure core's (``ownership.core``, docs/ownership.md); the runner that drives
+them with the real clock and socket (``node_ownership.ExclusiveRunner``) lives on the membership
+thread. This module is the application's side of it: it builds the runner when the node
+starts, answers the node's reads from what the runner publishes (immutable ``Holding``
+snapshots, safe from any thread), and turns the runner's news - reached through
+``node_bridge.AppBridge`` - into the application's callbacks:
+
+* acquired -> the ``acquired`` handlers (the fencing epoch and payload are in ``grant(p)``);
+* release -> the ``released`` handlers; the payload of the awaitable ones goes back to the runner
+  once they finished, and travels to the next owner;
+* ended (lease lost, declared dead) -> the ``released`` handlers at once, waited for by no one:
+  the partition may already be someone else's;
+* a new stable view -> what the cluster survives now, logged when that changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ownership.lease import WitnessState
+from ownership.survival import Survival, assess
+from ownership.views import View, witnesses_of
+
+from ..changes import OwnershipChange
+from .background import detach
+from .console.events import EventLog
+from .members_file import MembersFile
+from .node_bridge import AppBridge, PendingRelease
+from .node_config import NodeConfig
+from .node_mode import Addr, NodeSide
+from .node_ownership import ExclusiveRunner, Grant
+from .witness_state import StateFile
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from membership.aio import Member
+    from membership.seeds import DnsSeed
+
+    from .node_thread import MembershipThread
+
+_log = logging.getLogger("placement.node")
+#: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
+_survival_log = logging.getLogger("placement.survival")
+
+
+class ExclusiveOwnership:
+    """``OwnershipMode`` for ``"exclusive"`` (module docstring). Its reads raise before the node
+    has started, as the node's ``table`` does: there is no runner to ask yet."""
+
+    name = "exclusive"
+
+    def __init__(self, config: NodeConfig, node: NodeSide, events: EventLog) -> None:
+        self._config = config
+        self._node = node
+        self._events = events
+        self._runner: ExclusiveRunner | None = None  # built on the membership thread (open)
+        self._thread: MembershipThread | None = None  # where the runner runs (open)
+        self._seeds: tuple[Addr | DnsSeed, ...] = config.join  # join, or the members on file (prepare)
+        self._members_file: MembersFile | None = None  # (prepare)
+        self._state: tuple[StateFile | None, WitnessState | None] = (None, None)  # --state-dir (prepare)
+        self._survival: tuple[int, Survival] | None = None  # (stable view number, what it survives)
+        self._published: set[int] = set()  # announced acquired, not yet released
+
+    @property
+    def runner(self) -> ExclusiveRunner:
+        if self._runner is None:
+            raise RuntimeError("node is not started")
+        return self._runner
+
+    # ----- reads ------------------------------------------------------------------------
+    def owns(self, key: str | bytes) -> bool:
+        return self._node.table().partition_of(key) in self.runner.owned_now()
+
+    def leads(self, name: str) -> bool:
+        return self.owns(name)
+
+    def owned_partitions(self) -> frozenset[int]:
+        return self.runner.owned_now()
+
+    def may_work(self, partition: int, epoch: int) -> bool:
+        return self.runner.holds(partition, epoch)
+
+    def grant(self, partition: int) -> Grant | None:
+        return self.runner.grant(partition)
+
+    def release_deadline(self, partition: int) -> float | None:
+        return self.runner.release_deadline(partition)
+
+    def releasing_partitions(self) -> frozenset[int]:
+        return self.runner.releasing()
+
+    def lease_valid_until(self) -> float | None:
+        return self.runner.holding.valid_until
+
+    def paused(self) -> str | None:
+        own = self.runner.own
+        reason = own.fenced_reason
+        if reason is not None and self._seeds and not self._config.join and not own.lease.stable:
+            assert self._members_file is not None
+            reason += (f"; rejoining cluster {self._config.cluster!r} through the members this node last knew in it "
+                       f"({self._members_file.path}): it founds a new cluster once every member it reaches says it "
+                       "holds no view (they all restarted), and waits while it reaches none. To found one now, "
+                       "start it with --new-cluster")
+        return reason
+
+    def survival(self) -> Survival | None:
+        return None if self._survival is None else self._survival[1]
+
+    def status(self) -> dict[str, Any]:
+        return {"mode": self.name, **self.runner.status()}
+
+    # ----- lifecycle --------------------------------------------------------------------
+    def prepare(self, join: tuple[Addr | DnsSeed, ...]) -> tuple[Addr | DnsSeed, ...]:
+        """Read (and check) the members file and ``--state-dir`` before anything starts: a bad
+        file is a configuration error."""
+        c = self._config
+        self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir, home=c.state_home)
+        self._seeds = self._members_file.start_seeds(join, new_cluster=c.new_cluster)
+        if c.state_dir is not None:
+            state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
+            restored = state_file.load()
+            if not self._seeds:
+                state_file.check_founder(restored)
+            self._state = (state_file, restored)
+        return self._seeds
+
+    def open(self, member: Member, thread: MembershipThread) -> ExclusiveRunner:
+        c = self._config
+        state_file, restored = self._state
+        self._thread = thread
+        self._runner = ExclusiveRunner(
+            c.node_id, c.exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
+            cluster=c.cluster, keys=c.membership_config().keys, hooks=AppBridge(thread, self).hooks(),
+            state_file=state_file, restored=restored, members_file=self._members_file,
+            may_found=bool(self._seeds) and not c.join)
+        return self._runner
+
+    def started(self) -> None:
+        if not self._seeds:
+            assert self._members_file is not None
+            # Bound, so no other process of this node runs: the old cluster's members, if any,
+            # are no way back to this new one.
+            self._members_file.found()
+            _survival_log.info("founded a new cluster %r (no --join). Started again with the same command, this "
+                               "node rejoins it through the members it knew (%s)", self._config.cluster,
+                               self._members_file.path)
+
+    def view_changed(self) -> None:
+        pass  # the runner follows the view on the membership thread
+
+    def declared_dead(self) -> None:
+        pass  # the runner heard it first, on the membership thread: it ends what this node held
+
+    async def leave(self, timeout_s: float) -> None:
+        """Hand every partition on first (bounded by the release deadline), then stop the runner."""
+        runner, thread = self.runner, self._thread
+        assert thread is not None
+
+        async def hand_on() -> None:
+            await runner.leave(self._config.exclusive.handoff_timeout_s + timeout_s)
+            runner.close()
+
+        await thread.run(hand_on())
+
+    def close(self) -> None:
+        pass  # the runner stops with the membership thread
+
+    # ----- what the runner tells the application (``node_bridge.AppSide``) ----------------
+    def acquired(self, grant: Grant) -> None:
+        if self._node.closed():
+            return  # stopped as a process that died: it starts nothing (queued before the close)
+        if self.runner.holding.grants.get(grant.partition) is not grant:
+            return  # ended (or acquired again) before this loop got to it: nothing to start
+        self._published.add(grant.partition)
+        self._node.publish(OwnershipChange(frozenset({grant.partition}), frozenset(), self._node.table().checksum))
+        self._node.leaderships_changed()
+
+    def release(self, release: PendingRelease) -> None:
+        """Run the ``released`` handlers of a partition being handed on; the payload goes back to
+        the runner once the awaitable ones finished (``release.cancel``: stop draining)."""
+        if release.cancelled:
+            return  # the deadline passed before this loop ran: ownership ended (``ended`` follows)
+        results = self._releasing(release.partition, release.reason)
+        pending = [r for r in results if inspect.isawaitable(r)]
+        if not pending:
+            release.resolve(next((r for r in results if r is not None), None))
+            return
+        release.drain = asyncio.ensure_future(_drain(release.partition, pending))
+        release.drain.add_done_callback(lambda t: release.resolve(None if t.cancelled() else t.result()))
+
+    def ended(self, partition: int) -> None:
+        """Ownership ended without a drain (lease lost, declared dead): stop at once. An async
+        handler still runs (its cleanup), but nothing waits for it: the partition may already
+        be someone else's."""
+        for result in self._releasing(partition, "ended"):
+            if inspect.isawaitable(result):
+                detach(result)
+
+    def view(self, view: View) -> None:
+        """A new stable view: what the cluster survives now, logged and put in the event log
+        when that changed (not per view, and never per lease renewal)."""
+        if self._survival is not None and view.num <= self._survival[0]:
+            return  # (views reach this loop in order; an older one is no news)
+        survival = assess(view.weighted(), witnesses_of(view.members, self._config.exclusive.witnesses))
+        old = self._survival[1] if self._survival is not None else None
+        self._survival = (view.num, survival)
+        if old is not None and old.summary == survival.summary:
+            return
+        text = f"stable view {view.num} ({len(view.members)} members, {len(survival.workers)} with weight > 0): " \
+               f"{survival.summary}"
+        if survival.warning is not None:
+            _survival_log.warning("%s", text)
+        else:
+            _survival_log.info("%s", text)
+        self._events.append("survival", "", text, time.time())
+
+    def _releasing(self, partition: int, reason: str) -> list[object]:
+        if partition not in self._published:
+            return []
+        self._published.discard(partition)
+        _log.debug("releasing partition %d (%s)", partition, reason)
+        results = self._node.publish(OwnershipChange(frozenset(), frozenset({partition}),
+                                                     self._node.table().checksum))
+        self._node.leaderships_changed()
+        return results
+
+
+async def _drain(partition: int, pending: list[Awaitable[Any]]) -> Any:
+    """Await the ``released`` handlers of one partition; the first payload one returned."""
+    payload = None
+    for result in await asyncio.gather(*pending, return_exceptions=True):
+        if isinstance(result, BaseException):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            _log.error("released handler for partition %d raised %r (handing it on anyway)", partition, result)
+        elif payload is None:
+            payload = result
+    return payload
