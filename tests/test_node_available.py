@@ -28,7 +28,8 @@ class FakeNode:
             return []
 
         return NodeSide(table=lambda: self.table, publish=publish, leaderships_changed=self.leaderships.set,
-                        may_own=lambda: self.may_own, closed=lambda: False)
+                        may_own=lambda: self.may_own, closed=lambda: False,
+                        placement_view=lambda weights: None)  # (the available mode never calls it)
 
 
 def two_member_table() -> PlacementTable:

@@ -131,8 +131,8 @@ def test_sigterm_exits_within_2_s_and_answers_open_long_polls_streams_and_reques
 
 
 class HandoffNode:
-    """What ``guard.held`` reads: n1 leads every key of a one-member table; ``holds`` and
-    ``leaving`` are set by the test."""
+    """What ``guard.held`` reads: n1 leads every key of a one-member table; ``holds``,
+    ``leaving`` and ``table`` are set by the test."""
 
     node_id = "n1"
 
@@ -149,7 +149,7 @@ class HandoffNode:
         return self.holds
 
 
-def test_a_request_waits_for_a_handoff_under_way_and_not_for_a_leaving_node():
+def test_a_request_waits_for_a_handoff_under_way_and_on_a_leaving_node_until_its_placement_moves():
     async def main() -> list[tuple[bool, float]]:
         results = []
         node = HandoffNode()
@@ -163,11 +163,12 @@ def test_a_request_waits_for_a_handoff_under_way_and_not_for_a_leaving_node():
         results.append(await timed(2.0))
         node.holds = False
         results.append(await timed(0.3))  # not in time: the 503 after the wait
-        node.leaving = True
-        results.append(await timed(2.0))  # leaving: at once
+        node.leaving = True  # handing its partitions on: its placement names the next owner soon
+        loop.call_later(0.2, setattr, node, "table", PlacementTable.build({"n2": 1.0}, partitions=8))
+        results.append(await timed(2.0))  # the guard then answers 421 naming n2 (not a 503 to retry in 1 s)
         return results
 
-    (arrived, took), (late, waited), (leaving, at_once) = asyncio.run(main())
+    (arrived, took), (late, waited), (leaving, moved) = asyncio.run(main())
     assert arrived and 0.15 < took < 1.0
     assert not late and 0.3 <= waited < 1.0
-    assert not leaving and at_once < 0.05
+    assert not leaving and 0.15 < moved < 1.0

@@ -75,9 +75,10 @@ class NotYetOwned(HTTPException):
     exclusive mode it is still being handed over, or ownership is paused (no quorum lease), or
     the node is leaving. Nobody else may take the request either, so the client waits.
     ``waited``: the request already waited ``HANDOFF_WAIT_S`` for it here, so it may come back
-    at once (``Retry-After: 0``: it waits here again); otherwise ``Retry-After: 1``."""
+    at once (``Retry-After: 0``: it waits here again, a leaving node too, until its placement
+    names the next owner); otherwise ``Retry-After: 1``."""
 
-    def __init__(self, node: OwnerNode, key: str, waited: bool = False) -> None:
+    def __init__(self, node: OwnerNode, key: str | bytes, waited: bool = False) -> None:
         paused = getattr(node, "paused", None)
         why = (f"ownership is paused: {paused}" if paused else "this node is leaving" if getattr(node, "leaving", False)
                else f"partition {node.table.partition_of(key)} is being handed over to this node")
@@ -87,14 +88,29 @@ class NotYetOwned(HTTPException):
 
 async def held(node: OwnerNode, key: str | bytes, timeout_s: float = HANDOFF_WAIT_S) -> bool:
     """Whether ``node`` holds ``key`` (``owns``), waiting up to ``timeout_s`` while it leads the
-    key, does not hold it yet, and is not leaving (a node that leaves will not receive it)."""
+    key in its table and does not hold it (yet): a handoff to it under way, or, on a node that
+    is leaving, its own handoff away, until its table names the next owner (the caller then
+    answers 421 with it: issue 30, requests to a leaving node waited a whole ``Retry-After``
+    second, where the placement moved within a fraction of it)."""
     deadline = time.monotonic() + timeout_s
     while not node.owns(key):
-        if (getattr(node, "leaving", False) or time.monotonic() >= deadline
-                or node.table.lookup(key)[0] != node.node_id):
+        if time.monotonic() >= deadline or node.table.lookup(key)[0] != node.node_id:
             return False
         await asyncio.sleep(HANDOFF_POLL_S)
     return True
+
+
+async def hold(node: OwnerNode, key: str | bytes, path: str) -> None:
+    """Return once ``node`` holds ``key`` (waiting as ``held`` does), else raise ``Misdirected``
+    naming the owner its placement gives (it may have moved while the request waited) or
+    ``NotYetOwned`` (it still leads the key and did not get it in time)."""
+    owner = node.table.lookup(key)[0]
+    if owner == node.node_id and await held(node, key):
+        return
+    owner = node.table.lookup(key)[0]
+    if owner != node.node_id:
+        raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, path)
+    raise NotYetOwned(node, key, waited=True)
 
 
 def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request], Awaitable[str]]:
@@ -109,11 +125,7 @@ def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request]
             raise HTTPException(400, f"missing key parameter {param!r}")
         if (why := key_error(key)) is not None:
             raise HTTPException(422, f"{param}: {why}")
-        owner = node.table.lookup(key)[0]
-        if owner != node.node_id:
-            raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, request.url.path)
-        if not await held(node, key):
-            raise NotYetOwned(node, key, waited=not getattr(node, "leaving", False))
+        await hold(node, key, request.url.path)
         return key
 
     return dependency

@@ -55,7 +55,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from membership import (
@@ -116,6 +116,8 @@ class Node:
         self._closed = False  # close() was called: leave() has nothing left to do
         self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
+        self._followed: dict[str, float] | None = None  # see _follow
+        self._members_seen: tuple[MemberInfo, ...] | None = None  # the last member list (_recompute)
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
         self._streams: set[ChangeStream] = set()
         self._acquired_cbs: list[Listener] = []
@@ -135,7 +137,8 @@ class Node:
         self._seeds: tuple[Addr | DnsSeed, ...] = config.join  # join, or the members on file (start)
         self._membership_log = MembershipLog(config.node_id)
         side = NodeSide(table=lambda: self.table, publish=self._publish, leaderships_changed=self._check_leaderships,
-                        may_own=lambda: self.joined and not self._leaving, closed=lambda: self._closed)
+                        may_own=lambda: self.joined and not self._leaving, closed=lambda: self._closed,
+                        placement_view=self._follow)
         #: What this node owns and when that changes: the one place the two modes differ.
         self._mode: OwnershipMode = (
             ExclusiveOwnership(config, side, self.events) if config.ownership == "exclusive"
@@ -478,10 +481,30 @@ class Node:
         _log.warning("join attempt %d to %s failed: %s; next attempt in %.0f s",
                      event.attempt, seeds, event.reason, event.retry_at - event.at)
 
+    def _follow(self, weights: Mapping[str, float]) -> None:
+        """Placement follows these members and weights from now on (exclusive mode: the stable
+        view's, the view its leases and handoffs follow), not the live members gossip reports."""
+        self._followed = dict(weights)
+        if self._members_seen is not None:
+            self._recompute(self._members_seen)
+
     def _recompute(self, members: tuple[MemberInfo, ...]) -> None:
+        """The placement snapshot clients route by: the table of the followed view (exclusive mode,
+        once a stable view is held), else of the live members; addresses from gossip.
+
+        Why the stable view in exclusive mode (issue 30): ownership moves only when a stable
+        view does, ``stable_after_s`` (2 s) and a lease round after gossip reports a change. A
+        snapshot of the live members sent clients to a restarted node that long before it could
+        hold anything: its requests waited there, up to 3 s in a rolling restart. Every member
+        holding one stable view also serves one checksum, where live views differ for a while."""
+        self._members_seen = members
         live = [m for m in members if m.is_live]
-        weights = {m.node_id: m.meta.weight for m in live}
-        addresses = {m.node_id: m.meta.http for m in live}
+        followed = self._followed
+        weights = dict(followed) if followed is not None else {m.node_id: m.meta.weight for m in live}
+        # Live members' addresses first; a member of the followed view that gossip no longer
+        # holds live keeps the address it had.
+        addresses = {m.node_id: m.meta.http for m in members if m.node_id in weights}
+        addresses.update((m.node_id, m.meta.http) for m in live if m.node_id in weights)
         old = self._snapshot.table if self._snapshot is not None else None
         table = old.with_members(weights) if old is not None else PlacementTable.from_config(
             self.config.table_config, weights)

@@ -209,6 +209,7 @@ class ExclusiveOwnership:
         when that changed (not per view, and never per lease renewal)."""
         if self._survival is not None and view.num <= self._survival[0]:
             return  # (views reach this loop in order; an older one is no news)
+        self._node.placement_view(view.weighted())  # clients are routed by the stable view
         survival = assess(view.weighted(), witnesses_of(view.members, self._config.exclusive.witnesses))
         old = self._survival[1] if self._survival is not None else None
         self._survival = (view.num, survival)

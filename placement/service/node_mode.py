@@ -13,7 +13,7 @@ thread (``node_thread``) while the node starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +44,9 @@ class NodeSide:
     leaderships_changed: Callable[[], None]  # wherever leadership may have changed
     may_own: Callable[[], bool]  # joined and not leaving (a node alone by design has joined)
     closed: Callable[[], bool]  # stopped as if its process died (``Node.close``)
+    #: The members and weights placement follows from now on (exclusive mode: each new stable
+    #: view's; the available mode never calls it, and placement follows the live members).
+    placement_view: Callable[[Mapping[str, float]], None]
 
 
 class OwnershipMode(Protocol):

@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from placement.client import CHECKSUM_HEADER
 from placement.errors import PlacementError
-from placement.service.guard import Misdirected, NotYetOwned, held
+from placement.service.guard import Misdirected, NotYetOwned, hold
 from placement.service.http_api import create_app
 from placement.service.key_rules import MAX_KEY_CHARS
 from placement.service.node import Node
@@ -133,12 +133,11 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
     @app.post(WORK_PATH)
     async def work(batch: WorkBatch, response: Response) -> dict[str, int]:
         for item in batch.items:
-            if not await held(node, item.key):  # not the leader, not held (waited for a handoff), or leaving
+            try:
+                await hold(node, item.key, WORK_PATH)  # the guard's rule: held, 421 or 503
+            except (Misdirected, NotYetOwned):
                 log.misdirected()
-                owner = (node.table.lookup(item.key) or ("",))[0]
-                if owner == node.node_id:  # handed over, paused, or leaving: retry shortly (issue 30)
-                    raise NotYetOwned(node, item.key, waited=not node.leaving)
-                raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, WORK_PATH)
+                raise
         accepted, duplicates = log.accept(batch)
         response.headers[CHECKSUM_HEADER] = node.table.checksum
         return {"accepted": accepted, "duplicates": duplicates}
