@@ -72,6 +72,10 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
     numbered by the driver's clock (``first_view``), so epochs rise across the refounding.
     Alone it waits. What it cannot rule out is a running cluster it cannot reach.
 
+12. **Load figures**: with ``loads_every_s``, a member holding a lease proposes its stable view
+    again, unchanged but for its newer load figures (``set_loads``), so that a rebalance plans
+    from figures a view committed (``View.loads``); a step, so nothing moves (docs/ownership.md).
+
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
