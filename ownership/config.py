@@ -45,8 +45,16 @@ class ExclusiveConfig:
     #: (every member started with ``--join``, as in a StatefulSet): the same on every member
     #: (``ownership.views``, "genesis"). Empty: a member without seeds founds the cluster.
     bootstrap: tuple[str, ...] = ()
+    #: A member holding a lease proposes its stable view again, unchanged but for its latest load
+    #: figures (``Ownership.set_loads``), when the stable view's were committed at least this
+    #: long ago (or it has none) and its own are newer and differ: a load-aware rebalance then
+    #: plans from figures a view committed, the same at every member (docs/ownership.md, "Load
+    #: figures"). 0: never (load figures then only travel with views proposed for other reasons).
+    loads_every_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.loads_every_s) and self.loads_every_s >= 0):
+            raise ValueError(f"loads_every_s must be 0 (off) or positive seconds, got {self.loads_every_s!r}")
         for name in ("handoff_timeout_s", "takeover_grace_s", "fence_drain_s", "lease_s", "renew_s",
                      "stable_after_s", "tick_s", "resend_s", "query_after_s"):
             value = getattr(self, name)

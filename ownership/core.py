@@ -72,6 +72,10 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
     numbered by the driver's clock (``first_view``), so epochs rise across the refounding.
     Alone it waits. What it cannot rule out is a running cluster it cannot reach.
 
+12. **Load figures**: with ``loads_every_s``, a member holding a lease proposes its stable view
+    again, unchanged but for its newer load figures (``set_loads``), so that a rebalance plans
+    from figures a view committed (``View.loads``); a step, so nothing moves (docs/ownership.md).
+
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
@@ -295,6 +299,13 @@ class Ownership:
         self._ask_basis: frozenset[str] | None = None  # the local view the round asks about
         self._ask_sent: dict[str, float] = {}
         self._ask_answers: dict[str, int] = {}  # member -> its ``NoView.role`` in this round
+        #: The latest load figures the driver gave (``set_loads``) and their logical time, and
+        #: when this member learned a stable view whose figures differ from the view's before
+        #: (``_loads_due_at``).
+        self._loads: tuple[bytes, int] = (b"", 0)
+        self._loads_set_at = now  # when ``_loads`` last changed
+        self._loads_learned_at = now
+        self._committed_loads = b""
         if founder:
             self._found(now)
 
@@ -334,6 +345,19 @@ class Ownership:
         self.view = view
         self.suspects = suspects
         self.lease.hint(view, healthy=view.keys() - suspects)
+        self._update()
+
+    def set_loads(self, codes: bytes, at_s: int, now: float) -> None:
+        """The latest load figures this member knows: one byte per partition
+        (``placement.rebalance.LoadReport.codes``), measured at logical time ``at_s`` (whole
+        seconds). Views this member proposes commit them (``View.loads``), and with
+        ``loads_every_s`` it proposes its stable view again to commit newer ones (rule 12)."""
+        if type(at_s) is not int or at_s < 0:
+            raise ValueError(f"at_s must be a non-negative whole number of seconds, got {at_s!r}")
+        self._now = now
+        loads = (bytes(codes), at_s if codes else 0)
+        if loads != self._loads:
+            self._loads, self._loads_set_at = loads, now
         self._update()
 
     def receive(self, src: str, msg: Message, now: float) -> None:
@@ -489,7 +513,7 @@ class Ownership:
         if self._steady():
             # Until then a rule pass without an input would do nothing (``_quiet_until``).
             t = self._quiet_until = min(self.lease.next_time(idle=True),
-                                        self.lease.valid_until - self.config.fence_drain_s)
+                                        self.lease.valid_until - self.config.fence_drain_s, self._loads_due_at())
         else:
             t = min(self.lease.next_time(), self._now + self.config.tick_s)
         for o in self._out:
@@ -506,7 +530,8 @@ class Ownership:
         lease = self.lease
         return (self.fenced_reason is None and not self.leaving and not self._restarted
                 and not (self.waiting or self.free or self._to_pass) and self._release_due == math.inf
-                and not (lease.help_choose or lease.installs or lease.condemned) and self.view == lease.weights)
+                and not (lease.help_choose or lease.installs or lease.condemned) and self.view == lease.weights
+                and self._loads_due_at() > self._now)
 
     @property
     def valid_until(self) -> float:
@@ -587,6 +612,9 @@ class Ownership:
             self._drop_all(now)
         wait = c.lease_s if ins.stepped else c.lease_s + c.handoff_timeout_s
         self._create_after = ins.at + wait * stretch
+        if ins.view.loads != self._committed_loads:
+            self._committed_loads = ins.view.loads
+            self._loads_learned_at = ins.at
 
     def _may_create(self, now: float) -> bool:
         """Rule 9: ownership other than by note only under a lease of the current stable view,
@@ -617,14 +645,17 @@ class Ownership:
             # they dropped everything they owned (rule 9; issue 30: measured 23-32 ms apart).
             if now >= lease.learned_at + self.config.resend_s and (lease.lease_num == lease.num
                                                                    or not lease.valid(now)):
-                lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0)
+                lease.propose({m: w for m, w in lease.weights.items() if m != self.me}, now, 0,
+                              **self._proposed_loads())
             return
         # A member that has not yet heard what the stable view's proposer heard would propose the
         # past back: so a view with a member it never saw, or a changed weight, only once changed
         # since the stable view was learned.
         stable = lease.weights
         if not lease.help_choose and self.view == stable:
-            return  # nothing to propose (the steady state; the test at the end says the same)
+            if now >= self._loads_due_at() and self._may_refresh_loads(now):
+                lease.propose(self.view, now, self._rank(), loads=self._loads[0], loads_at=self._loads[1])
+            return  # nothing else to propose (the steady state; the test at the end says the same)
         removed = stable.keys() - self.view.keys()
         # Members seen to die or leave need no settling: waiting would only delay takeovers.
         removals = bool(removed) and removed <= self.gone.keys() and all(
@@ -648,7 +679,38 @@ class Ownership:
                                                       and news))
         if lease.help_choose or (settled and self.view != stable and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
-            lease.propose(self.view, now, self._rank())
+            lease.propose(self.view, now, self._rank(), **self._proposed_loads())
+
+    def _proposed_loads(self) -> dict[str, Any]:
+        """The load figures a view this member proposes commits: its own if newer than the
+        stable view's, else the stable view's (a view proposed for a change of members or
+        weights must not drop the figures a rebalance plans from)."""
+        v = self.lease.views.view
+        loads, at_s = self._loads if self._loads[0] and self._loads[1] >= v.loads_at else (v.loads, v.loads_at)
+        return {"loads": loads, "loads_at": at_s}
+
+    def _loads_due_at(self) -> float:
+        """Rule 12: when this member proposes its stable view again with its newer load figures:
+        ``loads_every_s`` after it learned a view with the current ones (at once if the view has
+        none), and not before it was given its figures; plus ``stable_after_s`` for each member
+        ranked before it, so that one proposes and the others see its view chosen. inf: the
+        rule is off, or it has no newer figures that differ."""
+        c = self.config
+        v = self.lease.views.view
+        loads, at_s = self._loads
+        if not c.loads_every_s or not loads or loads == v.loads or at_s < v.loads_at or not v.num:
+            return math.inf
+        since = self._loads_learned_at + c.loads_every_s if v.loads else self.lease.learned_at
+        return max(since, self._loads_set_at) + c.stable_after_s * self._rank()
+
+    def _may_refresh_loads(self, now: float) -> bool:
+        """Rule 12's conditions besides its time: a member of the stable view holding a lease
+        under it, renewed since (so every member had time to renew under it, and the new view is
+        a step for them: ``_installed``), nobody suspect, not leaving."""
+        lease = self.lease
+        return (self.me in lease.views.view.members and not self.leaving and not self.suspects
+                and lease.lease_num == lease.num and lease.valid(now)
+                and now >= lease.learned_at + self.config.stable_after_s)
 
     def _maybe_bootstrap(self, now: float) -> None:
         """Without a founder (``ExclusiveConfig.bootstrap``): before any stable view, propose the
@@ -707,7 +769,7 @@ class Ownership:
         """Rule 11, the other side: this member's stable view, or what it does without one."""
         v = self.lease.views.view
         if self.lease.num:
-            self._send(src, Decided(v.num, v.members, v.weights, v.inc), once=True)
+            self._send(src, Decided.of(v), once=True)
         else:
             views = self.lease.views
             forms = views.genesis is not None or views.restored_inc

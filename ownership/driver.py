@@ -92,6 +92,11 @@ class MemberOwnership:
         self.proto.set_view(view, suspects, now)
         return True
 
+    def set_loads(self, codes: bytes, at_s: int, now: float) -> None:
+        """The latest per-partition load figures this member knows, measured at logical time
+        ``at_s`` (``Ownership.set_loads``): stable views commit them for a rebalance."""
+        self.proto.set_loads(codes, at_s, now)
+
     def receive_datagram(self, data: bytes, now: float) -> None:
         self.proto.receive_datagram(data, now)
 

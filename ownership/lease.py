@@ -125,6 +125,8 @@ class LeaseReq:
     num: int = 0  # the number of the requester's stable view
     weights: tuple[float, ...] = ()  # with ``members``
     inc: int = 0  # with ``members``: the incarnation of that view (``View.inc``)
+    loads: bytes = b""  # with ``members``: its load figures (``View.loads``; left out when empty)
+    loads_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class LeaseReply:
     #: one requested (a previous process of the same id: ``QuorumLease.id_reserve``), else 0.
     reserve: int = 0
     inc: int = 0  # with ``members``: the incarnation of that view
+    loads: bytes = b""  # with ``members``: its load figures (``View.loads``; left out when empty)
+    loads_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -370,11 +374,12 @@ class QuorumLease:
         self._quiet_s = 0.0
         self.views.install(View.of(num, dict(weighted), inc), now)
 
-    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0) -> None:
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0,
+                loads: bytes = b"", loads_at: int = 0) -> None:
         """Propose ``weighted`` as the next stable view (``ownership.views``; ``inc``: the
-        incarnation of a first view chosen from the genesis)."""
+        incarnation of a first view chosen from the genesis; ``loads``: its load figures)."""
         self.help_choose = False
-        self.views.propose(weighted, now, rank, inc=inc)
+        self.views.propose(weighted, now, rank, inc=inc, loads=loads, loads_at=loads_at)
         self._flush_self(now)
 
     def _installed(self, old: View, new: View, now: float) -> None:
@@ -398,9 +403,9 @@ class QuorumLease:
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
-    def _learn(self, num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int, now: float) -> None:
+    def _learn(self, m: LeaseReq | LeaseReply, now: float) -> None:
         """A later view, from a reply or a request (members only use chosen views)."""
-        view = View.checked(num, members, weights, inc)
+        view = View.checked(m.num, m.members, m.weights, m.inc, m.loads, m.loads_at)
         if view is not None:
             self.views.install(view, now)
 
@@ -543,7 +548,8 @@ class QuorumLease:
         for w in targets:
             taught = w in self._teach
             self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0), v.members if taught else (),
-                                   self.reserve, v.num, v.weights if taught else (), v.inc if taught else first), now)
+                                   self.reserve, v.num, v.weights if taught else (), v.inc if taught else first,
+                                   v.loads if taught else b"", v.loads_at if taught else 0), now)
 
     def on_reply(self, src: str, r: LeaseReply, now: float) -> None:
         if r.condemned:
@@ -560,7 +566,7 @@ class QuorumLease:
             self._echo.pop(src, None)  # lifted
             self._note_clean(src)
         if r.num > self.num and r.members:
-            self._learn(r.num, r.members, r.weights, r.inc, now)  # a later view: a step, or a jump (``installs``)
+            self._learn(r, now)  # a later view: a step, or a jump (``installs``)
             return
         if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
             self._teach.add(src)  # a witness behind us: send it our view
@@ -627,7 +633,7 @@ class QuorumLease:
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
         self.views.heard(src, req.inc, now)  # (a restarted witness: the requester is of its history)
         if req.num > self.num and req.members:
-            self._learn(req.num, req.members, req.weights, req.inc, now)  # the requester is ahead of us
+            self._learn(req, now)  # the requester is ahead of us
         nonce = self._condemnations.get(src, 0)
         if nonce and req.cleared == nonce:
             del self._condemnations[src]  # it dropped everything after hearing of it
@@ -637,7 +643,8 @@ class QuorumLease:
             self.requests_refused += 1
             ahead = v.num > req.num
             return LeaseReply(req.seq, v.ck, False, nonce, v.members if ahead else (), v.num,
-                              v.weights if ahead else (), inc=v.inc if ahead else 0)
+                              v.weights if ahead else (), inc=v.inc if ahead else 0,
+                              loads=v.loads if ahead else b"", loads_at=v.loads_at if ahead else 0)
         if nonce or self.views.pending:
             # Condemned; or a successor of this view is accepted here, so no lease under it may
             # be granted any more (``ownership.views``, point 3).

@@ -63,6 +63,10 @@ class OwnershipProtocol:
         """The live members (id -> weight, this member included) and the suspect ones."""
         self.core.set_view(view, suspects, now)
 
+    def set_loads(self, codes: bytes, at_s: int, now: float) -> None:
+        """The latest load figures this member knows (``Ownership.set_loads``)."""
+        self.core.set_loads(codes, at_s, now)
+
     def handle_timer(self, now: float) -> None:
         self.core.handle_timer(now)
 

@@ -80,11 +80,15 @@ __all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", 
            "view_checksum", "witnesses_of", "is_quorum"]
 
 
-def view_checksum(num: int, members: tuple[str, ...], weights: tuple[float, ...]) -> int:
+def view_checksum(num: int, members: tuple[str, ...], weights: tuple[float, ...], loads: bytes = b"",
+                  loads_at: int = 0) -> int:
     """CRC-32 of the view's number, members and weights (weights decide placement, so two views
-    that differ only in a weight are different views)."""
+    that differ only in a weight are different views), and of its load figures if it carries any
+    (a rebalance plans from them, so two views that differ only in them are different views too;
+    without them the checksum is the one views had before they carried loads)."""
     text = f"{num}\n" + "\n".join(f"{m}={w!r}" for m, w in sorted(zip(members, weights)))
-    return zlib.crc32(text.encode())
+    ck = zlib.crc32(text.encode())
+    return zlib.crc32(loads, zlib.crc32(f"\nloads@{loads_at}\n".encode(), ck)) if loads else ck
 
 
 def witnesses_of(members, k: int) -> tuple[str, ...]:
@@ -112,20 +116,30 @@ class View:
     #: still ordered and told apart by number and content alone; it only tells a restarted
     #: witness whether a member it hears from descends from the view it restored ("Restarts").
     inc: int = 0
+    #: The load figures this view commits for a rebalance (``placement.rebalance.LoadReport``'s
+    #: codes: one byte per partition; empty: none), and the logical time they were measured at
+    #: (whole seconds, the reporter's; the move budget refills by it). Part of ``ck`` when
+    #: present (``Ownership.set_loads``; docs/ownership.md, "Load figures").
+    loads: bytes = b""
+    loads_at: int = 0
 
     @staticmethod
-    def of(num: int, weighted: Mapping[str, float], inc: int = 0) -> View:
+    def of(num: int, weighted: Mapping[str, float], inc: int = 0, loads: bytes = b"", loads_at: int = 0) -> View:
         members = tuple(sorted(weighted))
         weights = tuple(float(weighted[m]) for m in members)
-        return View(num, members, weights, view_checksum(num, members, weights), inc)
+        loads_at = loads_at if loads else 0
+        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at), inc, loads, loads_at)
 
     @staticmethod
-    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int = 0) -> View | None:
+    def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int = 0,
+                loads: bytes = b"", loads_at: int = 0) -> View | None:
         """A view from a message, or None if its parts do not form one."""
         if (num < 1 or not members or len(members) != len(weights) or list(members) != sorted(set(members))
-                or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)):
+                or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)
+                or not isinstance(loads, bytes) or type(loads_at) is not int or loads_at < 0):
             return None
-        return View(num, members, weights, view_checksum(num, members, weights), inc)
+        loads_at = loads_at if loads else 0
+        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at), inc, loads, loads_at)
 
     def weighted(self) -> dict[str, float]:
         return dict(zip(self.members, self.weights))
@@ -168,6 +182,8 @@ class Promise:
     members: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
     inc: int = 0
+    loads: bytes = b""  # (``View.loads``; the wire leaves both out when empty)
+    loads_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,8 @@ class Accept:
     members: tuple[str, ...]
     weights: tuple[float, ...]
     inc: int = 0
+    loads: bytes = b""
+    loads_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +212,12 @@ class Decided:
     members: tuple[str, ...]
     weights: tuple[float, ...]
     inc: int = 0
+    loads: bytes = b""
+    loads_at: int = 0
+
+    @staticmethod
+    def of(v: View) -> Decided:
+        return Decided(v.num, v.members, v.weights, v.inc, v.loads, v.loads_at)
 
 
 ViewMessage = Prepare | Promise | Accept | Accepted | Decided
@@ -327,15 +351,17 @@ class StableViews:
         the genesis (bootstrap)."""
         return self.view if self.view.num or self.genesis is None else self.genesis
 
-    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0) -> None:
+    def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0,
+                loads: bytes = b"", loads_at: int = 0) -> None:
         """Propose ``weighted`` as the successor of the installed view (idempotent while an
         attempt for that slot is under way). ``rank`` orders competing proposers' back-off.
-        ``inc``: the incarnation a first view chosen from the genesis would carry."""
+        ``inc``: the incarnation a first view chosen from the genesis would carry; ``loads``,
+        ``loads_at``: the load figures the view commits (``View.loads``)."""
         base = self._base()
         if not base.members:
             return
         p = self._proposal
-        own = View.of(base.num + 1, weighted, base.inc if base.num else inc)
+        own = View.of(base.num + 1, weighted, base.inc if base.num else inc, loads, loads_at)
         if p is not None and p.slot == base.num + 1 and p.own.ck == own.ck:
             return
         # A new value for a slot under way (this member's view changed since it proposed) starts
@@ -356,7 +382,7 @@ class StableViews:
         514: partitions orphaned for good). A proposer may stop at any time in Paxos: acceptors
         keep what they accepted, and a later proposer adopts it in phase 1 (``superseded``)."""
         p = self._proposal
-        if p is not None and p.own.ck != View.of(p.slot, weighted).ck:
+        if p is not None and p.own.ck != View.of(p.slot, weighted, p.own.inc, p.own.loads, p.own.loads_at).ck:
             self._proposal = None
 
     def _start(self, now: float) -> None:
@@ -387,7 +413,7 @@ class StableViews:
             elif p.phase == 2 and w not in p.accepted:
                 v = p.value
                 assert v is not None
-                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc))
+                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc, v.loads, v.loads_at))
 
     def next_time(self) -> float:
         p = self._proposal
@@ -427,7 +453,8 @@ class StableViews:
             p.rnd = self._round_seen
             self._start(now)
         else:
-            self.propose(accepted[1].weighted(), now, rank, inc=accepted[1].inc)  # (a first view: its incarnation)
+            a = accepted[1]  # (a first view: its incarnation)
+            self.propose(a.weighted(), now, rank, inc=a.inc, loads=a.loads, loads_at=a.loads_at)
 
     def _on_promise(self, src: str, m: Promise, now: float) -> None:
         p = self._proposal
@@ -438,7 +465,7 @@ class StableViews:
             return
         if m.rnd != p.rnd or p.phase != 1:
             return
-        prior = View.checked(m.slot, m.members, m.weights, m.inc) if m.acc_rnd else None
+        prior = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at) if m.acc_rnd else None
         p.promises[src] = ((m.acc_rnd, m.acc_by), prior)
         if is_quorum(p.promises, p.witnesses):
             # Paxos: the value accepted in the highest ballot, if any, else our own.
@@ -462,13 +489,12 @@ class StableViews:
             if chosen.ck != p.own.ck:
                 self.superseded = p.own
             for m_id in sorted(tell):
-                self._send(m_id, Decided(chosen.num, chosen.members, chosen.weights, chosen.inc))
+                self._send(m_id, Decided.of(chosen))
 
     # ------------------------------------------------------------------ acceptor
 
     def _decided(self) -> Decided:
-        v = self.view
-        return Decided(v.num, v.members, v.weights, v.inc)
+        return Decided.of(self.view)
 
     def _on_prepare(self, src: str, m: Prepare, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
@@ -487,7 +513,7 @@ class StableViews:
         if self._accepted is None:
             return Promise(m.slot, m.rnd, True)
         (acc_rnd, acc_by), v = self._accepted
-        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights, v.inc)
+        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights, v.inc, v.loads, v.loads_at)
 
     def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
@@ -499,7 +525,7 @@ class StableViews:
             return None
         self._voting()
         ballot = (m.rnd, src)
-        value = View.checked(m.slot, m.members, m.weights, m.inc)
+        value = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at)
         if value is None:
             return None
         if ballot < self._promised:
@@ -527,7 +553,7 @@ class StableViews:
         assert r is not None
         if slot > r.view.num or (inc and r.view.inc and inc != r.view.inc):
             return None
-        return Decided(r.view.num, r.view.members, r.view.weights, r.view.inc)
+        return Decided.of(r.view)
 
     def heard(self, src: str, inc: int, now: float) -> None:
         """A member whose stable view is of incarnation ``inc`` spoke to this acceptor. If that
@@ -561,7 +587,7 @@ class StableViews:
         elif isinstance(msg, Accepted):
             self._on_accepted(src, msg, now)
         else:
-            view = View.checked(msg.num, msg.members, msg.weights, msg.inc)
+            view = View.checked(msg.num, msg.members, msg.weights, msg.inc, msg.loads, msg.loads_at)
             if view is not None:
                 self.install(view, now)
         return None

@@ -94,6 +94,11 @@ def _any(v: Any) -> bool:
     return True
 
 
+def _loads(v: Any) -> bool:
+    """A view's load figures (``View.loads``): one byte per partition."""
+    return isinstance(v, bytes) and len(v) <= 1 << 16
+
+
 _PARTITION, _EPOCH, _CK = _uint(1 << 24), _uint(_U62), _uint(1 << 32)
 
 
@@ -110,15 +115,15 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
-    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights, _EPOCH)),
-    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool, _EPOCH, _EPOCH)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights, _EPOCH, _loads, _EPOCH)),
+    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool, _EPOCH, _EPOCH, _loads, _EPOCH)),
     6: (Condemn, (_id, _CK, _EPOCH)),
     7: (CondemnReply, (_id, _EPOCH, _CK, _bool, _seconds, _EPOCH)),
     8: (Prepare, (_EPOCH, _EPOCH, _CK, _EPOCH)),
-    9: (Promise, (_EPOCH, _EPOCH, _bool, _EPOCH, _id_or_none, _ids, _weights, _EPOCH)),
-    10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights, _EPOCH)),
+    9: (Promise, (_EPOCH, _EPOCH, _bool, _EPOCH, _id_or_none, _ids, _weights, _EPOCH, _loads, _EPOCH)),
+    10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights, _EPOCH, _loads, _EPOCH)),
     11: (Accepted, (_EPOCH, _EPOCH, _bool)),
-    12: (Decided, (_EPOCH, _ids, _weights, _EPOCH)),
+    12: (Decided, (_EPOCH, _ids, _weights, _EPOCH, _loads, _EPOCH)),
     14: (Census, (_EPOCH, _PARTITIONS)),
     15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
     16: (NoteRefused, (_PARTITION, _EPOCH)),
@@ -132,9 +137,17 @@ _TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES
 #: class -> (kind, getter of its fields in order): asking ``dataclasses.fields`` for every
 #: message sent was most of the encoding's cost (a witness answers every member each second).
 def _getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
-    """A tuple of the fields of a message, in order (``attrgetter`` of one name returns the value)."""
+    """A tuple of the fields of a message, in order (``attrgetter`` of one name returns the value).
+    A message that carries a view's load figures ends with ``loads, loads_at``: both are left
+    out when ``loads`` is empty, so such a message is byte for byte what it was before views
+    carried loads (and what a decoder of that time reads; ``_REQUIRED``)."""
     names = [f.name for f in dataclasses.fields(cls)]
     get = operator.attrgetter(*names)
+    if names[-2:] == ["loads", "loads_at"]:
+        def without_empty_loads(msg: Any) -> tuple[Any, ...]:
+            values = get(msg)
+            return values if msg.loads else values[:-2]
+        return without_empty_loads
     return get if len(names) > 1 else lambda msg: (get(msg),)
 
 

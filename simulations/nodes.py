@@ -285,6 +285,14 @@ class SwimNode(Node):
             self.glue.view_changed()
         self._flush()
 
+    def set_loads(self, codes: bytes, at_s: int) -> None:
+        """The load figures this member knows (``MemberOwnership.set_loads``): what its stable
+        views commit for a rebalance (``simulations.rebalancing``)."""
+        if self.glue is None or not self.up or self.core is None:
+            return
+        self.glue.set_loads(codes, at_s, self.sim.now)
+        self._flush()
+
     # ------------------------------------------------------------------ driving the core
 
     def receive(self, data: bytes, src: tuple[str, int]) -> None:

@@ -1,20 +1,26 @@
 """Load-aware rebalancing rounds in the simulated cluster (the ``load-skew`` scenario, issue 33
 item 3), with static weights measured beside them on the same loads.
 
-Every ``period_s`` (a round, on the scenario's logical clock) every running member computes
-``placement.rebalance.plan`` from *its own* stable view (``Ownership.lease``: the committed
-members and weights; on a system without exclusive ownership, its gossip view) and the round's
-loads, with its own copy of the move bucket
-(``MoveBudget``), and sets its own weight to what the plan gives it - through the same path an
-operator's ``--weight`` change takes (gossiped, then committed by the next stable view, whose
-partitions move by handoff; ``simulations.invariants`` checks there is never a second owner). No
+Every ``period_s`` (a round, on the scenario's logical clock) every running member is given the
+round's load figures (``SwimNode.set_loads``: the model's rates, quantised to a ``LoadReport``,
+stamped with the round's time), and a stable view commits them (``View.loads``; rule 12 in
+docs/ownership.md: the first-ranked member holding a lease proposes its view again with them).
+``plan_after_s`` later every running member computes ``placement.rebalance.plan`` from *its own*
+stable view alone - the committed members, weights and load figures - with its own move bucket
+(``MoveBudget``) refilled to the figures' committed time, and sets its own weight to what the
+plan gives it, through the same path an operator's ``--weight`` change takes (gossiped, then
+committed by the next stable view, whose partitions move by handoff; ``simulations.invariants``
+checks there is never a second owner). A member plans once per committed set of figures. No
 member plans for another and nobody coordinates: the weights converge because every member
-computes the same plan, which ``plans_agree`` checks (members that planned from the same view
-must have computed bit-identical weights and the same bucket).
+computes the same plan from the same committed input, which ``plans_agree`` checks (members that
+planned from the same view must have computed bit-identical weights and the same bucket).
 
-What is not real yet: the loads. A view does not commit load figures today (issue 33 item 1);
-here every member reads the round's figures from the load model, quantised as a view would
-carry them (``LoadReport``), as if they had been committed.
+Simplifications: every member is given the same, complete figures (the model's), where a node
+would know the rates of what it leads and learn the others' by gossip; and the bucket is each
+member's own, refilled by committed times, so only members that planned from the same committed
+views hold the same one (one that missed a round's view would not). On a system without
+exclusive ownership there are no stable views: members plan from their gossip view and read the
+figures from the model.
 
 Measured: the max/mean member load of what members actually own (sampled, true rates) and of
 the static equal-weight table on the same loads; the partitions moved per round, as planned and
@@ -41,12 +47,13 @@ class LoadRounds:
     """Schedules the rounds and the load samples on ``cluster`` and reports ``result()``."""
 
     def __init__(self, cluster, model: LoadModel, *, period_s: float, first_s: float, load_aware: bool,
-                 sample_s: float = 30.0, settle_s: float = 60.0,
+                 sample_s: float = 30.0, settle_s: float = 60.0, plan_after_s: float = 10.0,
                  rebalance: RebalanceConfig | None = None) -> None:
         self.cluster = cluster
         self.sim = cluster.sim
         self.model = model
         self.period_s, self.first_s, self.sample_s, self.settle_s = period_s, first_s, sample_s, settle_s
+        self.plan_after_s = plan_after_s
         self.load_aware = load_aware
         self.rebalance = rebalance or RebalanceConfig()
         p = cluster.placement
@@ -54,6 +61,7 @@ class LoadRounds:
         self.t0 = self.sim.now
         self.static = PlacementTable.from_config(self.config, {n.node_id: n.weight for n in self._members()})
         self.budgets: dict[str, MoveBudget] = {}
+        self.planned_at: dict[str, int] = {}  # member -> committed time of the figures it last planned from
         self.rounds: list[dict[str, Any]] = []
         self.series: list[list[float]] = []
         self.agree = True
@@ -94,37 +102,53 @@ class LoadRounds:
             self.rounds[-1]["moved_seen"] = moved_seen
         record: dict[str, Any] = {"at": at_s, "ratio": round(live, 4), "static": round(static, 4)}
         if self.load_aware:
-            plans = self._plan_everywhere(at_s)
-            mine = {m: p.weights[m] for m, (_, p) in plans.items() if p.changed and m in p.weights}
-            if mine:
-                self.cluster.set_weights(mine)
-            first = next(iter(plans.values()), None)
-            if first is not None:
-                p = first[1]
-                record.update(planned=p.changed, reason=p.reason, expected=round(p.ratio_after, 4),
-                              moved_planned=p.moved, views=sorted({num for num, _ in plans.values()}))
-            self.sim.at(self.sim.now + self.settle_s, self._settled, record)
+            codes = LoadReport.of(self.model.rates(at_s)).codes
+            for n in self._members():
+                n.set_loads(codes, at_s)  # what this member measured: its stable view commits it
+            self.sim.at(self.sim.now + self.plan_after_s, self._plan_round, record, LoadReport(codes), at_s)
         self.rounds.append(record)
         self.sim.at(self.sim.now + self.period_s, self._round)
 
-    def _plan_everywhere(self, at_s: int) -> dict[str, tuple[int, Plan]]:
-        """Every running member plans from its own stable view (without exclusive ownership: from
-        its gossip view, number 0); plans from equal views must agree."""
-        report = LoadReport.of(self.model.rates(at_s))
-        plans: dict[str, tuple[int, Plan]] = {}
+    def _plan_round(self, record: dict[str, Any], reported: LoadReport, at_s: int) -> None:
+        plans = self._plan_everywhere(reported, at_s)
+        mine = {m: p.weights[m] for m, (_, _, p) in plans.items() if p.changed and m in p.weights}
+        if mine:
+            self.cluster.set_weights(mine)
+        first = next(iter(plans.values()), None)
+        if first is not None:
+            p = first[2]
+            record.update(planned=p.changed, reason=p.reason, expected=round(p.ratio_after, 4),
+                          moved_planned=p.moved, views=sorted({num for num, _, _ in plans.values()}),
+                          loads_at=sorted({at for _, at, _ in plans.values()}))
+        record["members_planned"] = len(plans)
+        self.sim.at(self.sim.now + self.settle_s, self._settled, record)
+
+    def _plan_everywhere(self, reported: LoadReport, at_s: int) -> dict[str, tuple[int, int, Plan]]:
+        """Every running member plans from its own stable view, with the load figures it
+        committed, once per committed set (without exclusive ownership: from its gossip view,
+        number 0, and the round's figures as reported); plans from equal views must agree.
+        member -> (view number, committed time of the figures, plan)."""
+        plans: dict[str, tuple[int, int, Plan]] = {}
         by_view: dict[tuple, tuple[Plan, MoveBudget]] = {}
         for n in self._members():
             own = n.own
-            if own is not None and not own.lease.num:
-                continue  # no stable view yet
-            num, weights = (0, dict(n.view)) if own is None else (own.lease.num, own.lease.weights)
-            budget = self.budgets.get(n.node_id, MoveBudget(at_s=at_s)).refilled(at_s)
+            if own is None:
+                num, ck, weights, report, loads_at = 0, 0, dict(n.view), reported, at_s
+            else:
+                v = own.lease.views.view
+                if len(v.loads) != self.config.partitions:
+                    continue  # no stable view yet, or it commits no figures (for this table)
+                num, ck, weights, report, loads_at = v.num, v.ck, v.weighted(), LoadReport(v.loads), v.loads_at
+            if self.planned_at.get(n.node_id) == loads_at:
+                continue  # planned from these figures already: nothing new was committed
+            self.planned_at[n.node_id] = loads_at
+            budget = self.budgets.get(n.node_id, MoveBudget(at_s=loads_at)).refilled(loads_at)
             p = plan(weights, report, self.config, self.rebalance, allowance=budget.tokens)
             self.budgets[n.node_id] = budget.spent(p.moved, self.config.partitions)
-            seen = by_view.setdefault((num, *sorted(weights.items())), (p, budget))
+            seen = by_view.setdefault((num, ck, *sorted(weights.items())), (p, budget))
             if seen != (p, budget):
                 self.agree = False
-            plans[n.node_id] = (num, p)
+            plans[n.node_id] = (num, loads_at, p)
         return plans
 
     def _settled(self, record: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""The ``load-skew`` scenario (issue 33 item 3), small: every member plans the same weights from
-its stable view, they are committed by views and moved by handoffs under the simulator's
+"""The ``load-skew`` scenario (issue 33 items 1 and 3), small: every member plans the same weights
+from the load figures its stable view committed, they are committed by views and moved by handoffs under the simulator's
 invariants (no second owner, epochs rising), and the load gets more even than static weights."""
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ def test_load_skew_small_runs_with_agreeing_plans_and_no_dual_owner():
     assert r["dual_ownership_partition_s"] == 0.0
     rounds = r["load_rounds"]
     assert [x["at"] for x in rounds] == [30, 330, 630]
+    # Every member planned from the figures its stable view committed for the round, all from
+    # one view (issue 33 item 1: the planner's input is what a view committed).
+    assert all(x["loads_at"] == [x["at"]] and len(x["views"]) == 1 and x["members_planned"] == 8 for x in rounds)
     assert rounds[0]["planned"] and rounds[0]["ratio_settled"] < rounds[0]["static"]
     assert r["moved_fraction_max_step"] <= 0.09 + 1 / 128  # the planned 9 %, as observed
     assert len(r["load_max_over_mean_series"]) >= 700 / 30
