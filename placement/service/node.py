@@ -70,6 +70,7 @@ from membership import (
     RefusedPeer,
 )
 from membership.aio import Member, start_member
+from membership.messages import ZONE_TAG
 from membership.seeds import DnsSeed
 from ownership import ExclusiveConfig
 from ownership.lease import WitnessState
@@ -77,9 +78,10 @@ from ownership.survival import Survival, assess
 from ownership.views import View, witnesses_of
 
 from ..changes import OwnershipChange, diff, led_by
-from ..errors import InvalidConfigError, PlacementError
+from ..errors import InvalidConfigError, InvalidMembershipError, PlacementError
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable, TableConfig
+from ..zones import check_zone
 from .background import detach
 from .console.events import EventLog
 from .members_file import MembersFile
@@ -111,6 +113,8 @@ class NodeConfig:
     join: tuple[Addr | DnsSeed, ...] = ()  # DnsSeed: every address of a DNS name (membership.seeds)
     weight: float = 1.0
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: Failure domain (``placement node --zone``; "" = none): replica sets span zones (``placement.zones``).
+    zone: str = ""
     partitions: int = 4096
     replicas: int = 1
     seed: int = 0
@@ -155,7 +159,15 @@ class NodeConfig:
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
         if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
             raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
-        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags)  # validates weight
+        try:
+            check_zone(self.zone, "--zone")
+        except InvalidMembershipError as exc:
+            raise InvalidConfigError(str(exc)) from None
+        if self.zone and self.capacity_factor is not None:
+            raise InvalidConfigError("--zone and a capacity factor do not combine (placement.zones): drop one")
+        if ZONE_TAG in self.tags:
+            raise InvalidConfigError(f"the tag {ZONE_TAG!r} is reserved for the zone: give --zone instead")
+        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags, zone=self.zone)  # validates weight
 
     @property
     def table_config(self) -> TableConfig:
@@ -370,7 +382,7 @@ class Node:
     async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
         """On the membership thread: bind the gossip socket, join, build the runner."""
         c = self.config
-        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags)
+        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags, zone=c.zone)
         # Seconds since the epoch: a restarted node starts above any incarnation the cluster
         # holds for its old self, so it is not mistaken for its dead predecessor.
         member = await start_member(
@@ -730,9 +742,11 @@ class Node:
         live = [m for m in members if m.is_live]
         weights = {m.node_id: m.meta.weight for m in live}
         addresses = {m.node_id: m.meta.http for m in live}
+        # (capacity_factor is cluster-wide and refuses --zone on every member: no zones then)
+        zones = {m.node_id: m.meta.zone for m in live if m.meta.zone and self.config.capacity_factor is None}
         old = self._snapshot.table if self._snapshot is not None else None
-        table = old.with_members(weights) if old is not None else PlacementTable.from_config(
-            self.config.table_config, weights)
+        table = old.with_members(weights, zones) if old is not None else PlacementTable.from_config(
+            self.config.table_config, weights, zones)
         snapshot = PlacementSnapshot(table, addresses)
         if self._snapshot is not None and snapshot.etag == self._snapshot.etag:
             return
