@@ -96,6 +96,20 @@ def test_replica_sets_span_zones_and_leaders_do_not_move(replicas):
     assert t.checksum != plain.checksum
 
 
+def test_spark_router_leaders_do_not_depend_on_zones():
+    """The JVM key path (spark_jobs/jvm: KeyPartition computes the partition, PartitionLeader reads
+    the router's leader array) only ever sees leaders, and zones move none."""
+    from placement.snapshot import PlacementSnapshot
+    from spark_jobs.route import Router
+
+    members, zones = zoned(9)
+    plain = Router.of(PlacementSnapshot(PlacementTable.build(members, partitions=P, replicas=3, seed=5), {}))
+    snap = PlacementSnapshot(PlacementTable.build(members, partitions=P, replicas=3, seed=5, zones=zones), {})
+    router = Router.of(snap)
+    assert router.ids == plain.ids and np.array_equal(router.leaders, plain.leaders)
+    assert router.checksum != plain.checksum  # requests still name the zoned placement
+
+
 def test_fewer_zones_than_replicas_uses_every_zone_first():
     members, zones = zoned(8, zones=("a", "b"))
     t = PlacementTable.build(members, partitions=P, replicas=3, seed=1, zones=zones)
