@@ -1,4 +1,4 @@
-"""Placement benchmark: build, incremental update, bounded loads, lookups, batch routing.
+"""Placement benchmark: build, incremental update, bounded loads, lookups, batch routing, zones.
 
     .venv/bin/python benchmarks/bench_placement.py [--partitions 65536] [--members 1000]
     .venv/bin/python benchmarks/bench_placement.py --partitions 1048576 --members 2000 \
@@ -125,7 +125,7 @@ def have_numba() -> bool:
     return True
 
 
-SECTIONS = ("build", "incremental", "balance", "lookups")
+SECTIONS = ("build", "incremental", "balance", "lookups", "zones")
 
 
 def main() -> None:
@@ -201,6 +201,31 @@ def main() -> None:
         balance(equal, P, N, R)
     if "lookups" in sections:
         lookups(tables[("weights 1/2/4", 1)], equal, N, R)
+    if "zones" in sections:
+        zones(equal, P, R)
+
+
+def zones(equal: dict[str, float], P: int, R: int) -> None:
+    """Zone-aware replica sets (placement.zones): 3 zones, 3 replicas, against the same table
+    without zones, timed alternately; incremental results checked against full builds."""
+    print("\n## Zones: 3 zones, replicas = 3, equal weights (results == full build, checked)\n")
+    print("| table | full build | join | leave | moved on a join / leave | leaders as without zones |")
+    print("|---|---|---|---|---|---|")
+    zone_of = {m: "abc"[i % 3] for i, m in enumerate(equal)}
+    grown, left = {**equal, "joiner": 1.0}, {m: w for m, w in equal.items() if m != "node-0002"}
+    runs = {}
+    for name, z, zg, zl in (("no zones", None, None, None),
+                            ("3 zones", zone_of, {**zone_of, "joiner": "a"},
+                             {m: v for m, v in zone_of.items() if m != "node-0002"})):
+        t_build, table = best(lambda z=z: PlacementTable.build(equal, partitions=P, replicas=3, zones=z), R)
+        t_join, joined = best(lambda zg=zg: table.with_members(grown, zg), R)
+        t_leave, gone = best(lambda zl=zl: table.with_members(left, zl), R)
+        assert joined == PlacementTable.build(grown, partitions=P, replicas=3, zones=zg)
+        assert gone == PlacementTable.build(left, partitions=P, replicas=3, zones=zl)
+        runs[name] = table
+        same = np.array_equal(table.owner_indices()[1][:, 0], runs["no zones"].owner_indices()[1][:, 0])
+        print(f"| {name} | {1000 * t_build:.0f} ms | {1000 * t_join:.1f} ms | {1000 * t_leave:.1f} ms "
+              f"| {len(table.moved(joined))} / {len(table.moved(gone))} | {'yes' if same else 'NO'} |")
 
 
 def incremental(tables: dict, weighted: dict[str, float], P: int, R: int) -> None:

@@ -32,7 +32,8 @@ from types import MappingProxyType
 from .status import ALIVE, DEAD, LEFT, LIVE_STATUSES, SUSPECT, EventKind, Status
 
 __all__ = [
-    "Addr", "Meta", "MemberInfo", "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
+    "Addr", "Meta", "ZONE_TAG", "MemberInfo",
+    "Status", "EventKind", "ALIVE", "SUSPECT", "DEAD", "LEFT", "LIVE_STATUSES",
     "Ping", "Ack", "Nack", "PingReq", "Alive", "Suspect", "Dead", "PushPull", "Refuse",
     "Message", "StateMessage", "MemberEvent", "JoinRefused", "RefusedPeer", "JoinAttempt", "Event",
 ]
@@ -40,27 +41,43 @@ __all__ = [
 Addr = tuple[str, int]
 
 
+#: The tag that carries ``Meta.zone`` on the wire (``wire``): members of an older version, which
+#: know no zone, decode it as one more tag and gossip it on unchanged. Not a tag of one's own.
+ZONE_TAG = "@zone"
+MAX_ZONE_CHARS = 64
+
+
 @dataclass(frozen=True)
 class Meta:
-    """Per-member metadata carried in the view and changed by an incarnation bump."""
+    """Per-member metadata carried in the view and changed by an incarnation bump.
+
+    ``zone``: the member's failure domain (rack, availability zone; "" = none), which placement
+    spreads replica sets over (``placement.zones``)."""
 
     weight: float = 1.0
     http: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    zone: str = ""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
             raise ValueError("Meta.weight must be a finite number >= 0")
+        z = self.zone
+        if not isinstance(z, str) or len(z) > MAX_ZONE_CHARS or z != z.strip() or not z.isprintable():
+            raise ValueError(f"Meta.zone must be at most {MAX_ZONE_CHARS} printable characters without surrounding "
+                             f"spaces, got {z!r}")
+        if ZONE_TAG in self.tags:
+            raise ValueError(f"the tag {ZONE_TAG!r} is reserved: it carries the zone on the wire (give the zone)")
         # A private read-only copy: the value is shared by views and events, so nobody may
         # change it behind the core's back.
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
         object.__setattr__(self, "weight", float(self.weight))
 
     def __hash__(self) -> int:
-        return hash((self.weight, self.http, tuple(sorted(self.tags.items()))))
+        return hash((self.weight, self.http, tuple(sorted(self.tags.items())), self.zone))
 
     def __reduce__(self):  # picklable despite the read-only mapping
-        return (Meta, (self.weight, self.http, dict(self.tags)))
+        return (Meta, (self.weight, self.http, dict(self.tags), self.zone))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .messages import (
+    MAX_ZONE_CHARS,
+    ZONE_TAG,
     Ack,
     Addr,
     Alive,
@@ -340,7 +342,7 @@ def _to_wire(msg: Message) -> list[Any]:
     if isinstance(msg, Alive):
         m = msg.meta
         return [_ALIVE, msg.node, msg.incarnation, msg.addr[0], msg.addr[1], m.weight, m.http,
-                dict(m.tags)]
+                _wire_tags(m)]
     if isinstance(msg, Suspect):
         return [_SUSPECT, msg.node, msg.incarnation, msg.sender]
     if isinstance(msg, Dead):
@@ -356,9 +358,18 @@ def _to_wire(msg: Message) -> list[Any]:
     raise TypeError(f"not a wire message: {msg!r}")
 
 
+def _wire_tags(meta: Meta) -> dict[str, str]:
+    """The tags as they travel: the zone rides as the tag ``ZONE_TAG`` (absent without a zone),
+    so an Alive keeps its 8 fields and members that know no zone still decode it."""
+    tags = dict(meta.tags)
+    if meta.zone:
+        tags[ZONE_TAG] = meta.zone
+    return tags
+
+
 def encode_meta(meta: Meta) -> bytes:
     """The metadata as it travels (used to enforce ``meta_max_bytes``)."""
-    return msgpack.packb([meta.weight, meta.http, dict(meta.tags)])
+    return msgpack.packb([meta.weight, meta.http, _wire_tags(meta)])
 
 
 def check_outgoing(msg: Message) -> None:
@@ -431,7 +442,11 @@ def _from_wire(raw: Any) -> Message:
         return Ack(_uint(f[1]), _uint(f[2]))
     if code == _ALIVE:
         f = _list(raw, 8)
-        meta = Meta(weight=_weight(f[5]), http=_text(f[6], _MAX_TEXT), tags=_tags(f[7]))
+        tags = _tags(f[7])
+        zone = tags.pop(ZONE_TAG, "")
+        if len(zone) > MAX_ZONE_CHARS or zone != zone.strip() or not zone.isprintable():
+            raise Drop("malformed")
+        meta = Meta(weight=_weight(f[5]), http=_text(f[6], _MAX_TEXT), tags=tags, zone=zone)
         return Alive(_node_id(f[1]), _uint(f[2]), _addr(f[3], f[4]), meta)
     if code == _SUSPECT:
         f = _list(raw, 4)

@@ -147,6 +147,16 @@ def member_id(text: str) -> str:
     return text
 
 
+def zone(text: str) -> str:
+    """A zone name (``placement.zones.check_zone``): at most 64 printable characters without
+    surrounding blanks; "" is no zone."""
+    from .zones import MAX_ZONE_CHARS
+
+    if len(text) > MAX_ZONE_CHARS or not text.isprintable() or text != text.strip():
+        raise _bad(f"a zone name of at most {MAX_ZONE_CHARS} printable characters without surrounding blanks", text)
+    return text
+
+
 def member_ids(text: str) -> tuple[str, ...]:
     """Comma-separated member ids (each as ``member_id``), in order, without repeats."""
     ids = tuple(dict.fromkeys(part.strip() for part in text.split(",")))

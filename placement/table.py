@@ -9,6 +9,11 @@ owners come from ``rendezvous`` (pure HRW) or ``bounded`` (HRW with a load cap).
 ``with_members`` applies a membership change incrementally and returns exactly what a
 full ``build`` would: a join scores one new column (O(P)) and inserts the newcomer where
 it beats a current replica; a leave re-ranks only the partitions the leaver held.
+
+With ``zones`` (member -> zone name) a replica set spans distinct zones where it can
+(``zones``; the README's "Zones" spec); the leader is the same as without zones. Without
+zones - or when no member names one - the table, its checksum and snapshot are exactly those
+of a table built without the argument.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import msgpack
 import numpy as np
 
 from . import bounded
+from . import zones as zoning
 from .codec import load_json_object, load_msgpack_map
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
 from .hashing import fmix64_np, key_hash, member_hash, partition_hashes, safe_key
@@ -63,9 +69,9 @@ class TableConfig:
                 raise InvalidConfigError(f"capacity_factor must be a finite number >= 1.0 or None, got {c!r}")
 
 
-def _checksum(units: Mapping[str, int], config: TableConfig) -> str:
+def _checksum(units: Mapping[str, int], config: TableConfig, zones: Mapping[str, str]) -> str:
     c = config.capacity_factor
-    ident = [
+    ident: list[Any] = [
         SNAPSHOT_FORMAT,
         config.partitions,
         config.replicas,
@@ -73,15 +79,31 @@ def _checksum(units: Mapping[str, int], config: TableConfig) -> str:
         None if c is None else float(c).hex(),
         sorted(units.items()),
     ]
+    if zones:  # only then: a table without zones keeps the checksum it always had
+        ident.append(sorted(zones.items()))
     a, b = mmh3.hash64(msgpack.packb(ident), 0x5EED, signed=False)
     return f"{a:016x}{b:016x}"
+
+
+def _check_zoned(config: TableConfig) -> None:
+    if config.capacity_factor is not None:
+        raise InvalidConfigError(
+            "zones and capacity_factor do not combine: bounded loads cap members in one global matching, "
+            "which can break a zone spread; build with one or the other")
 
 
 class PlacementTable:
     """Owners (replica sets, leader first) of every partition for one membership."""
 
     def __init__(
-        self, config: TableConfig, units: dict[str, int], members: Members, ranked: Ranked | None, owner_idx: np.ndarray
+        self,
+        config: TableConfig,
+        units: dict[str, int],
+        members: Members,
+        ranked: Ranked | None,
+        owner_idx: np.ndarray,
+        zones: dict[str, str] | None = None,
+        groups: zoning.Groups | None = None,
     ):
         self.config = config
         self._units = units
@@ -89,7 +111,9 @@ class PlacementTable:
         self._ranked = ranked  # pure HRW top-k with scores, for incremental updates (None: unknown)
         self._owner_idx = owner_idx  # (P, r) int32 indices into members.ids: the answer
         self._owner_idx.setflags(write=False)
-        self.checksum: str = _checksum(units, config)
+        self._zones = zones or {}  # member -> zone, members with a zone only (validated, sorted)
+        self._groups = groups  # with zones: each zone's own top-k, for incremental updates (None: unknown)
+        self.checksum: str = _checksum(units, config, self._zones)
 
     # ----- construction ---------------------------------------------------------------
     @classmethod
@@ -100,21 +124,30 @@ class PlacementTable:
         replicas: int = 1,
         seed: int = 0,
         capacity_factor: float | None = None,
+        zones: Mapping[str, str] | None = None,
     ) -> PlacementTable:
-        """Compute the table from scratch. ``members`` maps id -> weight (weight 0 never owns)."""
+        """Compute the table from scratch. ``members`` maps id -> weight (weight 0 never owns);
+        ``zones`` maps member ids to zone names ("" or absent: a zone of its own)."""
         config = TableConfig(partitions, replicas, seed, capacity_factor)
         units = validate_members(members)
-        return cls._from_units(config, units)
+        return cls._from_units(config, units, zoning.validate_zones(zones, units))
 
     @classmethod
     def from_config(
-        cls, config: TableConfig, members: Mapping[str, float] | Iterable[tuple[str, float]]
+        cls,
+        config: TableConfig,
+        members: Mapping[str, float] | Iterable[tuple[str, float]],
+        zones: Mapping[str, str] | None = None,
     ) -> PlacementTable:
         """``build`` with the settings given as one ``TableConfig``."""
-        return cls._from_units(config, validate_members(members))
+        units = validate_members(members)
+        return cls._from_units(config, units, zoning.validate_zones(zones, units))
 
     @classmethod
-    def _from_units(cls, config: TableConfig, units: dict[str, int]) -> PlacementTable:
+    def _from_units(cls, config: TableConfig, units: dict[str, int], zones: dict[str, str] | None = None
+                    ) -> PlacementTable:
+        if zones:
+            return cls._zoned(config, units, zones, None)
         ms = Members.build(units, config.seed)
         ranked = rank_many(np.arange(config.partitions), ms, config.seed, config.replicas)
         return cls(config, units, ms, ranked, cls._final_owners(config, ms, ranked))
@@ -125,23 +158,43 @@ class PlacementTable:
             return ranked.idx
         return bounded.assign(ms, config.partitions, config.replicas, config.seed, Fraction(config.capacity_factor))
 
-    def with_members(self, members: Mapping[str, float] | Iterable[tuple[str, float]]) -> PlacementTable:
-        """The table for a new membership; equal to ``build`` with it, computed incrementally."""
+    @classmethod
+    def _zoned(cls, config: TableConfig, units: dict[str, int], zones: dict[str, str],
+               old: zoning.Groups | None) -> PlacementTable:
+        """The table with zones: each group ranked alone (or updated from ``old``), then selected."""
+        _check_zoned(config)
+        groups = {}
+        for name, group in zoning.group_units(units, zones).items():
+            before = old.get(name) if old is not None else None
+            step = _incremental(before[0], before[1], group, config) if before is not None else None
+            groups[name] = step or zoning.rank_group(group, config.partitions, config.seed, config.replicas)
+        ms = Members.build(units, config.seed)
+        owners = zoning.select(groups, ms, config.replicas, config.partitions)
+        return cls(config, units, ms, None, owners, zones, groups)
+
+    def with_members(
+        self,
+        members: Mapping[str, float] | Iterable[tuple[str, float]],
+        zones: Mapping[str, str] | None = None,
+    ) -> PlacementTable:
+        """The table for a new membership; equal to ``build`` with it, computed incrementally.
+
+        ``zones`` None keeps this table's zones for the members that remain (new members have
+        none); give a mapping (``{}``: no zones) to set them."""
         units = validate_members(members)
-        if units == self._units:
+        if zones is None:
+            zones = {m: z for m, z in self._zones.items() if m in units}
+        zoned = zoning.validate_zones(zones, units)
+        if units == self._units and zoned == self._zones:
             return self
-        old = {m: u for m, u in self._units.items() if u > 0}
-        new = {m: u for m, u in units.items() if u > 0}
-        leaving = sorted(m for m in old if new.get(m) != old[m])
-        joining = sorted(m for m in new if old.get(m) != new[m])
-        limit = max(4, len(self._members) // _INCREMENTAL_LIMIT_FRACTION)
-        if self._ranked is None or len(leaving) + len(joining) > limit:
+        if zoned:
+            return self._zoned(self.config, units, zoned, self._groups)
+        if self._zones or self._ranked is None:
             return self._from_units(self.config, units)
-        ms, ranked = self._members, self._ranked
-        for m in leaving:
-            ms, ranked = _remove(ms, ranked, m, self.config)
-        for m in joining:
-            ms, ranked = _add(ms, ranked, m, new[m], self.config)
+        step = _incremental(self._members, self._ranked, units, self.config)
+        if step is None:
+            return self._from_units(self.config, units)
+        ms, ranked = step
         return PlacementTable(self.config, units, ms, ranked, self._final_owners(self.config, ms, ranked))
 
     # ----- lookups ----------------------------------------------------------------------
@@ -161,6 +214,15 @@ class PlacementTable:
     def members(self) -> dict[str, float]:
         """id -> weight (as quantised: a multiple of 1/65536), including weight-0 members."""
         return {m: u / WEIGHT_SCALE for m, u in sorted(self._units.items())}
+
+    @property
+    def zones(self) -> dict[str, str]:
+        """id -> zone of the members that have one (empty: a table without zones)."""
+        return dict(self._zones)
+
+    def zone_of(self, member: str) -> str:
+        """A member's zone ("" if it has none)."""
+        return self._zones.get(member, "")
 
     @cached_property
     def _owner_tuples(self) -> tuple[tuple[str, ...], ...]:
@@ -274,7 +336,8 @@ class PlacementTable:
         c = self.config
         return (
             f"PlacementTable(members={len(self._units)}, partitions={c.partitions}, replicas={c.replicas}, "
-            f"seed={c.seed}, capacity_factor={c.capacity_factor}, checksum={self.checksum[:12]}...)"
+            f"seed={c.seed}, capacity_factor={c.capacity_factor}, "
+            f"zones={len(set(self._zones.values()))}, checksum={self.checksum[:12]}...)"
         )
 
     # ----- serialisation (the wire form used by the HTTP API and clients) -------------
@@ -285,7 +348,7 @@ class PlacementTable:
         pos = {m: i for i, m in enumerate(all_ids)}
         remap = np.array([pos[m] for m in self._members.ids] or [0], dtype=np.int32)
         owners = remap[self._owner_idx] if self._owner_idx.size else self._owner_idx
-        return {
+        data = {
             "format": SNAPSHOT_FORMAT,
             "checksum": self.checksum,
             "partitions": c.partitions,
@@ -296,6 +359,9 @@ class PlacementTable:
             "owners_width": int(owners.shape[1]),
             "owners": owners.astype("<i4").tobytes() if binary else owners.tolist(),
         }
+        if self._zones:  # absent without zones: such a snapshot is byte for byte what it always was
+            data["zones"] = dict(self._zones)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], verify: bool = False) -> PlacementTable:
@@ -305,6 +371,9 @@ class PlacementTable:
                 raise SnapshotError(f"unknown snapshot format {data.get('format')!r}; expected {SNAPSHOT_FORMAT!r}")
             config = TableConfig(data["partitions"], data["replicas"], data["seed"], data.get("capacity_factor"))
             units = validate_members([tuple(m) for m in data["members"]])
+            zones = zoning.validate_zones(data.get("zones"), units)
+            if zones and config.capacity_factor is not None:
+                raise SnapshotError("snapshot has both zones and a capacity_factor, which do not combine")
             width = int(data["owners_width"])
             raw = data["owners"]
             if isinstance(raw, (bytes, bytearray)):
@@ -316,7 +385,7 @@ class PlacementTable:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SnapshotError(f"malformed placement snapshot: {exc}") from exc
-        if data.get("checksum") != _checksum(units, config):
+        if data.get("checksum") != _checksum(units, config, zones):
             raise SnapshotError("snapshot checksum does not match its members and settings")
         ms = Members.build(units, config.seed)
         all_ids = sorted(units)
@@ -329,11 +398,11 @@ class PlacementTable:
         if (owner_idx < 0).any():
             raise SnapshotError("snapshot names a weight-0 member as an owner")
         if verify:
-            table = cls._from_units(config, units)
+            table = cls._from_units(config, units, zones)
             if not np.array_equal(table._owner_idx, owner_idx):
                 raise SnapshotError("snapshot owners differ from the placement computed from its members")
             return table
-        return cls(config, units, ms, None, np.ascontiguousarray(owner_idx, dtype=np.int32))
+        return cls(config, units, ms, None, np.ascontiguousarray(owner_idx, dtype=np.int32), zones)
 
     def to_msgpack(self) -> bytes:
         return msgpack.packb(self.to_dict(binary=True), use_bin_type=True)
@@ -357,6 +426,27 @@ def _pad(a: np.ndarray, width: int) -> np.ndarray:
 
 
 # ----- incremental steps (pure HRW ranking) ---------------------------------------------
+def _incremental(
+    ms: Members, ranked: Ranked, units: Mapping[str, int], config: TableConfig
+) -> tuple[Members, Ranked] | None:
+    """The ranking of ``units`` from that of ``ms`` by single leaves and joins; None when so
+    many members change that a full ranking is cheaper."""
+    old = dict(zip(ms.ids, ms.units.tolist()))
+    new = {m: u for m, u in units.items() if u > 0}
+    if old == new:
+        return ms, ranked
+    leaving = sorted(m for m in old if new.get(m) != old[m])
+    joining = sorted(m for m in new if old.get(m) != new[m])
+    limit = max(4, len(ms) // _INCREMENTAL_LIMIT_FRACTION)
+    if len(leaving) + len(joining) > limit:
+        return None
+    for m in leaving:
+        ms, ranked = _remove(ms, ranked, m, config)
+    for m in joining:
+        ms, ranked = _add(ms, ranked, m, new[m], config)
+    return ms, ranked
+
+
 def _add(ms: Members, ranked: Ranked, member: str, units: int, config: TableConfig) -> tuple[Members, Ranked]:
     """Insert one member: score its column for every partition, slot it in where it wins."""
     hm = member_hash(member, config.seed)

@@ -68,6 +68,7 @@ BAD_FLAGS = [
     (["table", "--member", "n1=1", "--partitions", str(2**24 + 1)], "--partitions", f"'{2**24 + 1}'"),
     (["table", "--member", "n1=1", "--replicas", "0"], "--replicas", "'0'"),
     (["table", "--member", "n1=1", "--replicas", "17"], "--replicas", "'17'"),
+    ([*NODE, "--zone", "z" * 65], "--zone", repr("z" * 65)),
     (["table", "--member", "n1=1", "--seed", "-1"], "--seed", "'-1'"),
     (["table", "--member", "n1=1", "--seed", str(2**32)], "--seed", f"'{2**32}'"),
     (["table", "--member", "n1=1", "--capacity-factor", "0.5"], "--capacity-factor", "'0.5'"),
@@ -183,6 +184,8 @@ BAD_VARIABLES = [
     ("PLACEMENT_GOSSIP_ADVERTISE", "host"),
     ("PLACEMENT_HTTP_ADVERTISE", "node1"),
     ("PLACEMENT_TAG", "zone=a,bad"),
+    ("PLACEMENT_ZONE", " eu-1a"),
+    ("PLACEMENT_ZONE", "z" * 65),
     ("PLACEMENT_ID", ""),
     ("PLACEMENT_CLUSTER", ""),
 ]
@@ -199,13 +202,16 @@ def test_a_bad_variable_is_one_line_naming_it_and_its_value(name, value, monkeyp
 
 def test_node_variables_are_read_when_no_flag_is_given(monkeypatch):
     env = {"PLACEMENT_ID": "n7", "PLACEMENT_WEIGHT": "2.5", "PLACEMENT_JOIN": "a:1, b:2", "PLACEMENT_TAG": "zone=x",
-           "PLACEMENT_PARTITIONS": "512", "PLACEMENT_GOSSIP": "127.0.0.1:7100"}
+           "PLACEMENT_PARTITIONS": "512", "PLACEMENT_GOSSIP": "127.0.0.1:7100", "PLACEMENT_ZONE": "eu-1a"}
     from placement_cli.main import build_parser
 
     config, http = node_flags.config_from_args(build_parser().parse_args(["node", "--weight", "3"]), env)
     assert (config.node_id, config.weight, config.join, dict(config.tags)) == ("n7", 3.0, (("a", 1), ("b", 2)),
                                                                               {"zone": "x"})
     assert (config.partitions, config.gossip_bind, http) == (512, ("127.0.0.1", 7100), ("127.0.0.1", 8001))
+    assert config.zone == "eu-1a"
+    config, _ = node_flags.config_from_args(build_parser().parse_args(["node", "--zone", "rack 7"]), env)
+    assert config.zone == "rack 7"
 
 
 def test_a_witness_reads_the_variables_of_its_flags_and_not_those_about_work(monkeypatch):

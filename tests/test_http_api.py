@@ -11,12 +11,12 @@ from placement.service.node import Node, NodeConfig
 from placement.snapshot import PlacementSnapshot
 
 
-def run(coro_fn, **app_kwargs):
+def run(coro_fn, zone="", **app_kwargs):
     """Start one node (no seeds: a cluster of one), serve its app in-process, run the test."""
 
     async def main():
         config = NodeConfig("n1", gossip_bind=("127.0.0.1", 0), http_advertise="http://n1.test",
-                            partitions=256, replicas=2, settle_s=0.0)
+                            partitions=256, replicas=2, settle_s=0.0, zone=zone)
         async with Node(config) as node:
             app = create_app(node, **app_kwargs)
             transport = httpx.ASGITransport(app=app)
@@ -30,7 +30,9 @@ def test_members_placement_owners():
     async def check(client, node):
         members = (await client.get("/v1/members")).json()
         assert [m["id"] for m in members] == ["n1"]
-        assert set(members[0]) == {"id", "gossip", "http", "status", "incarnation", "weight", "tags", "heard_s_ago"}
+        assert set(members[0]) == {"id", "gossip", "http", "status", "incarnation", "weight", "tags", "zone",
+                                   "heard_s_ago"}
+        assert members[0]["zone"] == ""
         assert members[0]["heard_s_ago"] is None  # itself: never "heard"
         assert members[0]["status"] == "alive" and members[0]["http"] == "http://n1.test"
 
@@ -46,9 +48,22 @@ def test_members_placement_owners():
 
         o = (await client.get("/v1/owners", params={"key": "order-42"})).json()
         assert o["partition"] == node.table.partition_of("order-42")
-        assert o["owners"] == [{"id": "n1", "http": "http://n1.test"}] and o["checksum"] == node.table.checksum
+        assert o["owners"] == [{"id": "n1", "http": "http://n1.test", "zone": ""}]
+        assert o["checksum"] == node.table.checksum
 
     run(check)
+
+
+def test_owners_and_members_show_the_zone():
+    async def check(client, node):
+        assert (await client.get("/v1/members")).json()[0]["zone"] == "eu-1a"
+        o = (await client.get("/v1/owners", params={"key": "order-42"})).json()
+        assert o["owners"] == [{"id": "n1", "http": "http://n1.test", "zone": "eu-1a"}]
+        assert node.table.zones == {"n1": "eu-1a"}
+        snap = PlacementSnapshot.from_json((await client.get("/v1/placement")).content, verify=True)
+        assert snap.table.zones == {"n1": "eu-1a"} and snap.table == node.table
+
+    run(check, zone="eu-1a")
 
 
 def test_long_poll_returns_on_timeout_with_same_etag():

@@ -20,7 +20,7 @@ _SERVICE_ONLY = ("fastapi", "uvicorn", "starlette", "pydantic", "httpx", "promet
 
 _PURE_MODULES = (
     *(f"placement.{m}" for m in ("argtypes", "bounded", "changes", "codec", "errors", "hashing", "rebalance",
-                                 "rendezvous", "snapshot", "table")),
+                                 "rendezvous", "snapshot", "table", "zones")),
     # The ownership protocol is pure too: the simulator and a Spark sweep need no service package.
     *(f"ownership.{m}" for m in ("config", "core", "lease", "messages", "protocol", "states", "views", "wire")),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ KEY1, KEY2, KEY3 = b"1" * 32, b"2" * 16, b"3" * 24
 ALL_MESSAGES: list[Message] = [
     Ping(1, "n1"), Ack(2, 2**32 - 1), Nack(3), PingReq(4, "n2", ("10.0.0.2", 7000)),
     Alive("n3", 7, ("::1", 65535), Meta(weight=0.5, http="http://h:1", tags={"a": "b", "c": ""})),
+    Alive("n6", 1, ("10.0.0.6", 7001), Meta(tags={"a": "b"}, zone="eu-west-1a")),
     Suspect("n4", 0, "n1"), Dead("n5", 2**63, "n5"), PushPull(99, True), Refuse("because"),
 ]
 
@@ -37,6 +39,28 @@ def test_every_message_type_round_trips(keys):
     assert env.messages == tuple(ALL_MESSAGES)
     assert (env.cluster, env.sender, env.epoch, env.seq) == ("default", "s", 5, 1)
     assert data[:3] == b"SW\x01"  # magic + protocol version on every datagram
+
+
+def test_zone_travels_as_a_tag_that_older_members_decode_and_pass_on():
+    """Wire compatibility (issue 33 item 4): an Alive keeps its 8 fields; the zone is the tag
+    '@zone', which a member of an older version reads as a tag and gossips on unchanged."""
+    c = codec(MembershipConfig())
+    plain = Alive("n1", 1, ("10.0.0.1", 1), Meta(tags={"k": "v"}))
+    zoned = Alive("n1", 1, ("10.0.0.1", 1), Meta(tags={"k": "v"}, zone="rack-7"))
+    assert c.encode_message(plain) == msgpack.packb([5, "n1", 1, "10.0.0.1", 1, 1.0, "", {"k": "v"}])  # as before
+    raw = msgpack.unpackb(c.encode_message(zoned))
+    assert len(raw) == 8 and raw[7] == {"k": "v", "@zone": "rack-7"}
+    # what an older member sends on is that same list, which decodes to the zone again
+    assert c.open(c.seal([msgpack.packb(raw)])).messages == (zoned,)
+    assert c.open(c.seal([c.encode_message(plain)])).messages == (plain,)
+    assert plain.meta.zone == ""
+    bad = [5, "n1", 1, "10.0.0.1", 1, 1.0, "", {"@zone": " padded"}]
+    with pytest.raises(Drop):
+        c.open(c.seal([msgpack.packb(bad)]))
+    with pytest.raises(ValueError, match="reserved"):
+        Meta(tags={"@zone": "x"})
+    with pytest.raises(ValueError, match=r"Meta\.zone"):
+        Meta(zone="x" * 65)
 
 
 def test_capacity_accounts_for_all_overheads():

@@ -89,6 +89,7 @@ class MemberOut(BaseModel):
     incarnation: int
     weight: float
     tags: dict[str, str]
+    zone: str = Field("", description="failure domain (placement node --zone); \"\": none")
     heard_s_ago: float | None = Field(None, description="seconds since this node last received a datagram from "
                                                        "the member (null: never; this node itself)")
 
@@ -96,6 +97,7 @@ class MemberOut(BaseModel):
 class Owner(BaseModel):
     id: str
     http: str
+    zone: str = Field("", description="the owner's failure domain (placement node --zone); \"\": none")
 
 
 class OwnersOut(BaseModel):
@@ -279,7 +281,7 @@ def _encode(request: Request, body: Any, headers: dict[str, str] | None = None) 
 def _member_out(m: MemberInfo) -> dict[str, Any]:
     return {
         "id": m.node_id, "gossip": f"{m.addr[0]}:{m.addr[1]}", "http": m.meta.http, "status": m.status,
-        "incarnation": m.incarnation, "weight": m.meta.weight, "tags": dict(m.meta.tags),
+        "incarnation": m.incarnation, "weight": m.meta.weight, "tags": dict(m.meta.tags), "zone": m.meta.zone,
         # The membership core runs on loop time, i.e. time.monotonic() (asyncio's clock).
         "heard_s_ago": None if m.heard_at is None else round(max(0.0, time.monotonic() - m.heard_at), 2),
     }
@@ -465,7 +467,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             return problem(422, "Invalid request", f"key: {why}")
         p = table.partition_of(key)
         ids = table.owners(p)[:replicas]
-        body = {"key": key, "partition": p, "owners": [{"id": m, "http": snap.address(m)} for m in ids],
+        body = {"key": key, "partition": p,
+                "owners": [{"id": m, "http": snap.address(m), "zone": table.zone_of(m)} for m in ids],
                 "checksum": table.checksum}
         return _encode(request, body)
 

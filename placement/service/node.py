@@ -170,7 +170,7 @@ class Node:
     async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
         """On the membership thread: bind the gossip socket, join, build the runner (exclusive mode)."""
         c = self.config
-        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags)
+        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags, zone=c.zone)
         # Seconds since the epoch: a restarted node starts above any incarnation the cluster
         # holds for its old self, so it is not mistaken for its dead predecessor.
         member = await start_member(
@@ -505,9 +505,13 @@ class Node:
         # holds live keeps the address it had.
         addresses = {m.node_id: m.meta.http for m in members if m.node_id in weights}
         addresses.update((m.node_id, m.meta.http) for m in live if m.node_id in weights)
+        # Zones as gossip reports them (capacity_factor is cluster-wide and refuses --zone on
+        # every member: no zones then).
+        zones = {m.node_id: m.meta.zone for m in members
+                 if m.node_id in weights and m.meta.zone and self.config.capacity_factor is None}
         old = self._snapshot.table if self._snapshot is not None else None
-        table = old.with_members(weights) if old is not None else PlacementTable.from_config(
-            self.config.table_config, weights)
+        table = old.with_members(weights, zones) if old is not None else PlacementTable.from_config(
+            self.config.table_config, weights, zones)
         snapshot = PlacementSnapshot(table, addresses)
         if self._snapshot is not None and snapshot.etag == self._snapshot.etag:
             return

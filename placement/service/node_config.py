@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from membership import MembershipConfig, Meta
+from membership.messages import ZONE_TAG
 from membership.seeds import DnsSeed
 from ownership import ExclusiveConfig
 
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, InvalidMembershipError
 from ..table import TableConfig
+from ..zones import check_zone
 
 Addr = tuple[str, int]
 
@@ -34,6 +36,8 @@ class NodeConfig:
     join: tuple[Addr | DnsSeed, ...] = ()  # DnsSeed: every address of a DNS name (membership.seeds)
     weight: float = 1.0
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: Failure domain (``placement node --zone``; "" = none): replica sets span zones (``placement.zones``).
+    zone: str = ""
     partitions: int = 4096
     replicas: int = 1
     seed: int = 0
@@ -78,7 +82,15 @@ class NodeConfig:
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
         if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
             raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")
-        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags)  # validates weight
+        try:
+            check_zone(self.zone, "--zone")
+        except InvalidMembershipError as exc:
+            raise InvalidConfigError(str(exc)) from None
+        if self.zone and self.capacity_factor is not None:
+            raise InvalidConfigError("--zone and a capacity factor do not combine (placement.zones): drop one")
+        if ZONE_TAG in self.tags:
+            raise InvalidConfigError(f"the tag {ZONE_TAG!r} is reserved for the zone: give --zone instead")
+        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags, zone=self.zone)  # validates weight
 
     @property
     def table_config(self) -> TableConfig:

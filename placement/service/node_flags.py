@@ -78,6 +78,10 @@ NODE_FLAGS = (
     _NodeFlag("--http-advertise", argtypes.http_url, None, "base URL others use for our HTTP API"),
     _NodeFlag("--weight", argtypes.weight, 1.0, "share of partitions (default 1; 0: owns nothing)"),
     _NodeFlag("--tag", argtypes.key_value, [], "KEY=VALUE (repeatable)", many=True),
+    _NodeFlag("--zone", argtypes.zone, "",
+              "failure domain (rack, availability zone; at most 64 printable characters): each key's replica set "
+              "spans distinct zones when there are at least --replicas of them, and leaders are the same as "
+              "without zones (README, \"Zones\"); default: none, a zone of its own"),
     _NodeFlag("--partitions", argtypes.partitions, 4096, "cluster-wide (default 4096)"),
     _NodeFlag("--replicas", argtypes.replicas, 1, "cluster-wide (default 1)"),
     _NodeFlag("--seed", argtypes.hash_seed, 0, "cluster-wide hash seed (default 0)"),
@@ -199,7 +203,8 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
     config = NodeConfig(
         node_id=v["id"], gossip_bind=gossip, gossip_advertise=advertise,
         http_advertise=http_advertise, join=tuple(v["join"]),
-        weight=v["weight"], tags=dict(v["tag"]), partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
+        weight=v["weight"], tags=dict(v["tag"]), zone=v["zone"],
+        partitions=v["partitions"], replicas=v["replicas"], seed=v["seed"],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"],
         exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
