@@ -59,7 +59,7 @@ def cluster():
 
 def test_replica_sets_span_zones_and_a_lost_zone_leaves_a_live_replica(cluster):
     procs, urls = cluster
-    poll(lambda: all(snapshot(u).table.zones == ZONES for u in urls.values()), 30, "every node to see the zoned members")
+    poll(lambda: all(snapshot(u).table.zones == ZONES for u in urls.values()), 30, "every node sees the zones")
     poll(lambda: len({snapshot(u).checksum for u in urls.values()}) == 1, 30, "one checksum")
     held = snapshot(urls["n3"]).table
     for p in range(held.partitions):
