@@ -454,8 +454,13 @@ class Node:
             self._mode.declared_dead()
             return
         if isinstance(event, IdConflict):
+            # Available mode: both compute themselves leader of its partitions. Exclusive mode:
+            # the one holding the id's leases keeps them, the other owns nothing while both run
+            # (seen on processes: tests/test_bad_input_cluster.py), but they share one identity.
+            what = ("both own its partitions" if self.config.ownership == "available"
+                    else "they share one identity in the cluster; stop one")
             message = (f"another process at {event.addr[0]}:{event.addr[1]} uses node id "
-                       f"{self.node_id!r}: give every process its own id (both own its partitions)")
+                       f"{self.node_id!r}: give every process its own id ({what})")
             _log.error("%s", message)
             self._id_conflict = (message, time.monotonic())
             self.events.append("id-conflict", self.node_id, message, time.time())
