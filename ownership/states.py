@@ -130,6 +130,15 @@ def state_of(own: Ownership, p: int) -> PartitionState:
 
 
 def states_of(own: Ownership) -> dict[int, PartitionState]:
-    """Every partition not in ``NONE`` at the member ``own``, with its state."""
-    keys = own.owned.keys() | own.free.keys() | own.waiting.keys() | own._to_pass.keys() | own._passed.keys()
-    return {p: state_of(own, p) for p in keys}
+    """Every partition not in ``NONE`` at the member ``own``, with its state: ``state_of`` for
+    each, built by layers in reverse precedence (each a C-level ``dict.update``: the simulator's
+    invariant runs this after every step)."""
+    out = dict.fromkeys(own._passed, _S.PASSED)
+    out.update(dict.fromkeys(own._to_pass, _S.TO_PASS))
+    out.update(dict.fromkeys(own.waiting, _S.WAITING))
+    out.update(dict.fromkeys(own.free, _S.HELD))
+    out.update(dict.fromkeys(own.owned, _S.OWNED))
+    for p, o in own.owned.items():
+        if o.releasing:
+            out[p] = _S.RELEASING
+    return out

@@ -344,10 +344,11 @@ class PartitionMoves:
             before = seen[1] if seen is not None and seen[0] is own else {}
             after = states_of(own)
             if after != before:
-                for p in before.keys() | after.keys():
-                    move = (before.get(p, none), after.get(p, none))
-                    if move[0] is not move[1] and move not in TRANSITIONS:
-                        return (f"{node.node_id}: partition {p} went from {move[0].value} to {move[1].value}, "
+                moves = [(p, before.get(p, none), s) for p, s in after.items() if before.get(p) is not s]
+                moves += [(p, s, none) for p, s in before.items() if p not in after]
+                for p, a, b in moves:
+                    if (a, b) not in TRANSITIONS:
+                        return (f"{node.node_id}: partition {p} went from {a.value} to {b.value}, "
                                 f"a move ownership.states.TRANSITIONS does not list")
             self._last[node] = (own, after)
         return None

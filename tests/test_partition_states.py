@@ -27,10 +27,25 @@ def test_every_move_changes_the_state_and_names_its_rule():
     assert {b for _, b in TRANSITIONS} == {a for a, _ in TRANSITIONS} == set(PartitionState)
 
 
-def test_a_founder_owns_every_partition_and_a_note_held_comes_before_a_wait():
+def test_a_founder_owns_every_partition_and_the_layered_states_match_one_by_one():
     own = _founder()
     assert states_of(own) == {p: PartitionState.OWNED for p in range(P)}
     assert state_of(own, P) is PartitionState.NONE  # (not a partition of this table: nothing known)
+    # Entries in several dicts at once (as the rules make them): precedence as state_of's.
+    own.free[1] = (1, None, "b")
+    own.waiting[2] = own.waiting[20] = object()  # type: ignore[assignment]
+    own.free[20] = (1, None, "b")
+    own._to_pass[3] = own._to_pass[2] = (object(), 1)  # type: ignore[assignment]
+    own._passed.update({4: "b", 20: "b", 3: None})
+    own.owned[5].releasing = True
+    own.waiting[21] = object()  # type: ignore[assignment]
+    own._to_pass[21] = own._to_pass[22] = (object(), 1)  # type: ignore[assignment]
+    own._passed.update({21: "b", 22: None, 23: "c"})
+    assert states_of(own) == {p: state_of(own, p) for p in set(range(P)) | {20, 21, 22, 23}}
+    assert [state_of(own, p) for p in (1, 2, 3, 4, 5, 20, 21, 22, 23)] == [
+        PartitionState.OWNED, PartitionState.OWNED, PartitionState.OWNED, PartitionState.OWNED,
+        PartitionState.RELEASING, PartitionState.HELD, PartitionState.WAITING, PartitionState.TO_PASS,
+        PartitionState.PASSED]
 
 
 @dataclass(eq=False)
