@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -15,22 +14,11 @@ import pytest
 from placement.snapshot import PlacementSnapshot
 
 from ports import free_ports
+from test_cluster_processes import poll
 
 pytestmark = pytest.mark.slow
 
 ZONES = {"n1": "a", "n2": "a", "n3": "b", "n4": "c", "n5": "b"}
-
-
-def poll(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def snapshot(url):
