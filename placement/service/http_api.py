@@ -40,6 +40,7 @@ from .console.events import EventLog
 from .console.routes import add_console_routes
 from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
 from .key_rules import MAX_KEY_CHARS, key_error
+from .load_meter import DEFAULT_HALF_LIFE_S
 
 MSGPACK = "application/msgpack"
 PROBLEM = "application/problem+json"
@@ -551,6 +552,14 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
             "quiet_for_s": status.get("quiet_for_s"), "survival": None if survival is None else survival.to_dict(),
             "security_warning": getattr(node, "security_warning", None),
         }
+
+    @app.get("/v1/load")
+    async def load() -> dict[str, Any]:
+        """Work per second on each partition this node recorded work on lately (``Node.record_load``;
+        decayed with a 60 s half-life), and their sum."""
+        rates = node.load_rates() if hasattr(node, "load_rates") else {}
+        return {"node": node.node_id, "half_life_s": DEFAULT_HALF_LIFE_S, "total": sum(rates.values()),
+                "partitions": {str(p): round(r, 6) for p, r in sorted(rates.items())}}
 
     @app.get("/metrics", response_class=Response, responses={200: {
         "description": "Prometheus text exposition format 0.0.4",

@@ -78,6 +78,7 @@ from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
 from .change_stream import ChangeStream
 from .console.events import EventLog
+from .load_meter import LoadMeter
 from .membership_log import MembershipLog
 from .node_available import AvailableOwnership
 from .node_config import Addr, NodeConfig, read_key_file
@@ -117,6 +118,7 @@ class Node:
         self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
         self._followed: dict[str, float] | None = None  # see _follow
+        self._load = LoadMeter()  # record_load
         self._members_seen: tuple[MemberInfo, ...] | None = None  # the last member list (_recompute)
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
         self._streams: set[ChangeStream] = set()
@@ -335,6 +337,19 @@ class Node:
         ``epoch``, draining included, under a quorum lease valid *now* - False the moment it
         lapses, even if no callback has run yet; available: led by this node)."""
         return self._mode.may_work(partition, epoch)
+
+    def record_load(self, partition: int, units: float = 1.0) -> None:
+        """Say that ``units`` of work were done on ``partition`` now (a request served, items
+        processed): the per-partition rates load-aware weights plan from (``load_meter``).
+        Call it from the application's loop."""
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < self.config.partitions:
+            raise ValueError(f"partition must be an integer in [0, {self.config.partitions}), got {partition!r}")
+        self._load.record(partition, float(units), time.monotonic())
+
+    def load_rates(self) -> dict[int, float]:
+        """Work per second on each partition this node recorded work on lately (decayed with a
+        60 s half-life; partitions without work for a while are left out)."""
+        return self._load.rates(time.monotonic())
 
     def release_deadline(self, partition: int) -> float | None:
         """Exclusive mode: ``loop.time()`` by which the drain of ``partition`` must end."""

@@ -139,6 +139,8 @@ def create_sink_app(node: Node, log: WorkLog | None = None, **create_app_kwargs:
                 log.misdirected()
                 raise
         accepted, duplicates = log.accept(batch)
+        for item in batch.items:  # the work done per partition (load-aware weights plan from it)
+            node.record_load(node.table.partition_of(item.key))
         response.headers[CHECKSUM_HEADER] = node.table.checksum
         return {"accepted": accepted, "duplicates": duplicates}
 

@@ -62,6 +62,10 @@ class PartitionContext:
         """May work go on now? (lease valid and partition still held - also while draining)."""
         return self._node.may_work(self.partition, self.epoch)
 
+    def record_load(self, units: float = 1.0) -> None:
+        """Say that ``units`` of work were done on this partition (``Node.record_load``)."""
+        self._node.record_load(self.partition, units)
+
     @property
     def deadline(self) -> float | None:
         """Loop time (``loop.time()``) by which a drain must end; None until ``stopping``."""
