@@ -29,7 +29,7 @@ class FakeNode:
 
         return NodeSide(table=lambda: self.table, publish=publish, leaderships_changed=self.leaderships.set,
                         may_own=lambda: self.may_own, closed=lambda: False,
-                        placement_view=lambda weights: None)  # (the available mode never calls it)
+                        placement_view=lambda view: None)  # (the available mode never calls it)
 
 
 def two_member_table() -> PlacementTable:

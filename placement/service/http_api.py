@@ -559,7 +559,8 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
         decayed with a 60 s half-life), and their sum."""
         rates = node.load_rates() if hasattr(node, "load_rates") else {}
         return {"node": node.node_id, "half_life_s": DEFAULT_HALF_LIFE_S, "total": sum(rates.values()),
-                "partitions": {str(p): round(r, 6) for p, r in sorted(rates.items())}}
+                "partitions": {str(p): round(r, 6) for p, r in sorted(rates.items())},
+                "balancing": getattr(node, "load_balancing", None)}
 
     @app.get("/metrics", response_class=Response, responses={200: {
         "description": "Prometheus text exposition format 0.0.4",

@@ -9,10 +9,9 @@ Unix load averages use (Gunther, "UNIX Load Average Part 1", 2010: exponential d
 sampled count). A partition's rate halves every ``half_life_s`` without work, and a steady
 stream of ``r`` units a second reads ``r`` once a few half-lives have passed.
 
-What is not here yet: spreading each member's figures (by gossip) and handing them to the
-ownership protocol (``ownership.driver.MemberOwnership.set_loads``), which commits them in a
-stable view that every member plans from (docs/ownership.md, rule 12). The simulator does that
-part with the figures of its load model.
+With ``--load-aware``, ``load_balance`` gathers every member's figures (``GET /v1/load``) and
+hands them to the ownership protocol, which commits them in a stable view that every member
+plans from (docs/ownership.md, rule 12).
 
 Memory: one entry per partition ever recorded here, forgotten once its rate is below
 ``forget_below`` (so a partition handed on is dropped after a few half-lives).

@@ -55,7 +55,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from membership import (
@@ -71,6 +71,7 @@ from membership import (
 from membership.aio import Member, start_member
 from membership.seeds import DnsSeed
 from ownership.survival import Survival
+from ownership.views import View
 
 from ..changes import OwnershipChange
 from ..errors import PlacementError
@@ -78,6 +79,7 @@ from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
 from .change_stream import ChangeStream
 from .console.events import EventLog
+from .load_balance import LoadBalancer
 from .load_meter import LoadMeter
 from .membership_log import MembershipLog
 from .node_available import AvailableOwnership
@@ -119,6 +121,8 @@ class Node:
         self._snapshot: PlacementSnapshot | None = None
         self._followed: dict[str, float] | None = None  # see _follow
         self._load = LoadMeter()  # record_load
+        self._balancer: LoadBalancer | None = None  # --load-aware (start)
+        self._balancing: asyncio.Task | None = None
         self._members_seen: tuple[MemberInfo, ...] | None = None  # the last member list (_recompute)
         self._changed = asyncio.Event()  # replaced on every new snapshot: long-poll waiters
         self._streams: set[ChangeStream] = set()
@@ -157,6 +161,12 @@ class Node:
         self._mode.started()
         if self.joined:
             self._join_settled.set()
+        if self.config.load_aware_s:
+            self._balancer = LoadBalancer(
+                self.node_id, self.config.table_config, self.config.load_aware_s, own_rates=self.load_rates,
+                addresses=lambda: {m: self.snapshot.address(m) for m in self.table.members},
+                set_loads=self._set_loads, set_weight=self._set_weight)
+            self._balancing = asyncio.ensure_future(self._balancer.run())
         return self
 
     async def wait_joined(self, timeout_s: float | None = None) -> None:
@@ -215,7 +225,27 @@ class Node:
         self._end_streams()
         self._check_leaderships()
 
+    def _set_loads(self, codes: bytes, at_s: int) -> None:
+        runner = getattr(self._mode, "runner", None)
+        if self._thread is not None and runner is not None:
+            self._thread.to_member(runner.set_loads, codes, at_s)
+
+    def _set_weight(self, weight: float) -> None:
+        """Gossip this node's new weight (load-aware weights): the next stable view carries it."""
+        member, c = self._member, self.config
+        if self._thread is None or member is None:
+            return
+        meta = Meta(weight=weight, http=c.http_advertise, tags=c.tags, zone=c.zone)
+        self._thread.to_member(lambda: asyncio.ensure_future(member.update_meta(meta)))
+
+    @property
+    def load_balancing(self) -> dict[str, object] | None:
+        """``--load-aware``: rounds gathered, the last plan, the move budget left; None when off."""
+        return None if self._balancer is None else self._balancer.status()
+
     def _end_streams(self) -> None:
+        if self._balancing is not None:
+            self._balancing.cancel()
         self._mode.close()
         for stream in self._streams:
             stream.close()
@@ -501,12 +531,15 @@ class Node:
         _log.warning("join attempt %d to %s failed: %s; next attempt in %.0f s",
                      event.attempt, seeds, event.reason, event.retry_at - event.at)
 
-    def _follow(self, weights: Mapping[str, float]) -> None:
-        """Placement follows these members and weights from now on (exclusive mode: the stable
-        view's, the view its leases and handoffs follow), not the live members gossip reports."""
-        self._followed = dict(weights)
+    def _follow(self, view: View) -> None:
+        """A new stable view (exclusive mode): placement follows its members and weights from now
+        on (the view leases and handoffs follow), not the live members gossip reports; with
+        ``--load-aware``, the weights are planned from its load figures (``load_balance``)."""
+        self._followed = view.weighted()
         if self._members_seen is not None:
             self._recompute(self._members_seen)
+        if self._balancer is not None and not self._leaving and not self._closed:
+            self._balancer.view(view)
 
     def _recompute(self, members: tuple[MemberInfo, ...]) -> None:
         """The placement snapshot clients route by: the table of the followed view (exclusive mode,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -70,6 +71,9 @@ class NodeConfig:
     #: Where nodes without ``state_dir`` keep their members file; None: ``$PLACEMENT_STATE_HOME``,
     #: else ``$XDG_STATE_HOME/placement``, else ``~/.local/state/placement``.
     state_home: str | None = None
+    #: ``placement node --load-aware SECONDS``: weights follow measured load, a step at most every
+    #: that many seconds (``load_balance``; exclusive mode; 0: off, the weights stay as given).
+    load_aware_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ownership not in ("exclusive", "available"):
@@ -79,6 +83,14 @@ class NodeConfig:
         if self.state_dir is not None and self.ownership != "exclusive":
             raise InvalidConfigError("--state-dir keeps a witness's promises, and only exclusive ownership has "
                                      "witnesses: drop --state-dir or --ownership available")
+        if not (isinstance(self.load_aware_s, (int, float)) and math.isfinite(self.load_aware_s)
+                and (self.load_aware_s == 0 or self.load_aware_s >= 2.0)):
+            raise InvalidConfigError(f"--load-aware must be 0 (off) or at least 2 seconds, got {self.load_aware_s!r}")
+        if self.load_aware_s and self.ownership != "exclusive":
+            raise InvalidConfigError("--load-aware commits load figures in stable views, which only exclusive "
+                                     "ownership has: drop --load-aware or --ownership available")
+        if self.load_aware_s and self.capacity_factor is not None:
+            raise InvalidConfigError("--load-aware and a capacity factor do not combine: drop one")
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates
         if not self.node_id or not self.node_id.isprintable() or self.node_id != self.node_id.strip():
             raise InvalidConfigError(f"node id must be a non-empty printable string, got {self.node_id!r}")

@@ -22,6 +22,7 @@ import asyncio
 import inspect
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ownership.lease import WitnessState
@@ -136,8 +137,10 @@ class ExclusiveOwnership:
         c = self._config
         state_file, restored = self._state
         self._thread = thread
+        # --load-aware: the rules commit load figures in stable views at most that often (rule 12).
+        exclusive = replace(c.exclusive, loads_every_s=c.load_aware_s) if c.load_aware_s else c.exclusive
         self._runner = ExclusiveRunner(
-            c.node_id, c.exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
+            c.node_id, exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
             cluster=c.cluster, keys=c.membership_config().keys, hooks=AppBridge(thread, self).hooks(),
             state_file=state_file, restored=restored, members_file=self._members_file,
             may_found=bool(self._seeds) and not c.join)
@@ -209,7 +212,7 @@ class ExclusiveOwnership:
         when that changed (not per view, and never per lease renewal)."""
         if self._survival is not None and view.num <= self._survival[0]:
             return  # (views reach this loop in order; an older one is no news)
-        self._node.placement_view(view.weighted())  # clients are routed by the stable view
+        self._node.placement_view(view)  # clients are routed by the stable view; load-aware weights plan from it
         survival = assess(view.weighted(), witnesses_of(view.members, self._config.exclusive.witnesses))
         old = self._survival[1] if self._survival is not None else None
         self._survival = (view.num, survival)

@@ -98,6 +98,9 @@ NODE_FLAGS = (
               "seconds a released partition may drain before it is handed on anyway (default 5)"),
     _NodeFlag("--worker", argtypes.import_ref, None,
               "MODULE:NAME of a PartitionProcessor factory (placement.service.workers): run one per owned partition"),
+    _NodeFlag("--load-aware", argtypes.number(0, 86400), 0.0,
+              "SECONDS: weights follow measured load (GET /v1/load), a rebalance step at most that often "
+              "(exclusive mode; at least 2; default 0: off, weights stay as given)"),
     _NodeFlag("--state-dir", argtypes.non_empty, None,
               "directory where this member keeps what it promised as a witness (written and fsynced before it "
               "answers), so a restart keeps those promises; default: none (a restart forgets them and waits "
@@ -112,6 +115,8 @@ WITNESS_REFUSES = {
     "--worker": "a witness owns no partitions, so it runs no partition workers (give --worker to `placement node`)",
     "--work-sink": "a witness takes no work (give --work-sink to `placement node`)",
     "--handoff-timeout": "a witness owns no partitions, so it hands none on",
+    "--load-aware": "a witness owns no partitions, so it has no load and no weight to plan (give --load-aware to "
+                    "`placement node`)",
     "--ownership": "a witness votes in exclusive ownership only (the default); in --ownership available "
                    "nobody votes",
 }
@@ -169,7 +174,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
             witness: bool) -> tuple[NodeConfig, tuple[str, int] | None]:
     v = {f.dest: f.resolve(getattr(args, f.dest), environ) for f in (WITNESS_FLAGS if witness else NODE_FLAGS)}
     if witness:
-        v.update(weight=0.0, ownership="exclusive", handoff_timeout=ExclusiveConfig.handoff_timeout_s)
+        v.update(weight=0.0, ownership="exclusive", handoff_timeout=ExclusiveConfig.handoff_timeout_s, load_aware=0.0)
         if environ.get("PLACEMENT_OWNERSHIP", "exclusive").strip() != "exclusive":
             raise InvalidConfigError(f"PLACEMENT_OWNERSHIP={environ['PLACEMENT_OWNERSHIP']!r}: "
                                      f"{WITNESS_REFUSES['--ownership']}")
@@ -210,7 +215,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
                                   bootstrap=v["bootstrap"]),
         join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], tls_cert=tls_cert, tls_key=tls_key,
-        new_cluster=v["new_cluster"],
+        new_cluster=v["new_cluster"], load_aware_s=v["load_aware"],
     )
     return config, http
 

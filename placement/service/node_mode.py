@@ -13,12 +13,13 @@ thread (``node_thread``) while the node starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from membership.aio import Member
 from ownership.survival import Survival
+from ownership.views import View
 
 from ..changes import OwnershipChange
 from ..table import PlacementTable
@@ -44,9 +45,10 @@ class NodeSide:
     leaderships_changed: Callable[[], None]  # wherever leadership may have changed
     may_own: Callable[[], bool]  # joined and not leaving (a node alone by design has joined)
     closed: Callable[[], bool]  # stopped as if its process died (``Node.close``)
-    #: The members and weights placement follows from now on (exclusive mode: each new stable
-    #: view's; the available mode never calls it, and placement follows the live members).
-    placement_view: Callable[[Mapping[str, float]], None]
+    #: A new stable view (exclusive mode): placement follows its members and weights from now
+    #: on, and load-aware weights plan from its figures. The available mode never calls it, and
+    #: placement follows the live members.
+    placement_view: Callable[[View], None]
 
 
 class OwnershipMode(Protocol):

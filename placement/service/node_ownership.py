@@ -161,6 +161,13 @@ class ExclusiveRunner:
         self.glue.feed_view(self._loop.time(), live)
         self._drive()
 
+    def set_loads(self, codes: bytes, at_s: int) -> None:
+        """The load figures gathered for the whole cluster (``load_balance``): views this node
+        proposes commit them (rule 12). On the membership thread."""
+        if not self.closed:
+            self.glue.set_loads(codes, at_s, self._loop.time())
+            self._drive()
+
     def declared_dead(self) -> None:
         if not self.closed:
             self.glue.declared_dead(self._loop.time())

@@ -1,0 +1,144 @@
+"""Load-aware weights on a node (issue 33): gather the members' figures, plan from committed ones.
+
+``placement node --load-aware SECONDS`` (exclusive mode). Every ``SECONDS / 2``:
+
+1. **Gather.** The node asks every member of its stable view for its per-partition rates
+   (``GET /v1/load``: what each measured, ``load_meter``), adds its own, and gives the merged
+   figures, one log-scale byte per partition (``placement.rebalance.LoadReport``), to its
+   ownership protocol (``ExclusiveRunner.set_loads``). With ``ExclusiveConfig.loads_every_s``
+   set to ``SECONDS`` the rules then commit such figures in a stable view at most that often
+   (docs/ownership.md, rule 12): a view that changes nothing but its figures.
+2. **Plan.** On each stable view with figures newer than the last it planned from, the node runs
+   ``placement.rebalance.plan`` on what the view committed - its members, weights and figures -
+   so every member computes the same plan, bit for bit, with no coordinator; each then sets
+   *its own* weight to the plan's (a gossip metadata update), and the next stable view carries
+   the new weights: the handoffs move the partitions, one owner at a time. The move budget
+   (``MoveBudget``: 9 % a step, 4 %/h) is refilled by the committed figures' time.
+
+Asking every member over HTTP costs N requests per member per round (N = 64, a 60 s round: about
+2 requests a second per member); gossip would spread the figures without it, but a member's
+figures (one byte per partition it leads) outgrow a gossip datagram's metadata at a few hundred
+partitions a member. Capacities are taken as equal: ``--weight`` is the starting weight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ownership.views import View
+
+from ..rebalance import LoadReport, MoveBudget, Plan, RebalanceConfig, plan
+from ..table import TableConfig
+
+__all__ = ["LoadBalancer"]
+
+_log = logging.getLogger("placement.load")
+#: How long one member's ``/v1/load`` may take before its figures are left out of this round.
+ASK_TIMEOUT_S = 2.0
+
+
+class LoadBalancer:
+    """One node's part (module docstring). ``own_rates``: this node's figures; ``addresses``:
+    id -> HTTP base URL of the members to ask; ``set_loads(codes, at_s)``: to the ownership
+    protocol; ``set_weight(w)``: this node's gossiped weight."""
+
+    def __init__(self, node_id: str, table_config: TableConfig, every_s: float, *,
+                 own_rates: Callable[[], Mapping[int, float]], addresses: Callable[[], Mapping[str, str]],
+                 set_loads: Callable[[bytes, int], Any], set_weight: Callable[[float], Any],
+                 rebalance: RebalanceConfig | None = None) -> None:
+        self.node_id = node_id
+        self.table_config = table_config
+        self.every_s = every_s
+        self._own_rates = own_rates
+        self._addresses = addresses
+        self._set_loads = set_loads
+        self._set_weight = set_weight
+        self.rebalance = rebalance or RebalanceConfig()
+        self.budget = MoveBudget()
+        self.planned_at = -1  # the committed figures' time the last plan was made from
+        self.last_plan: Plan | None = None
+        self.rounds = 0
+        self.unanswered = 0  # members whose figures a round went without
+
+    # ----- gather ----------------------------------------------------------------------
+    async def run(self) -> None:
+        """Gather every ``every_s / 2`` until cancelled."""
+        import httpx  # (service side only; imported where used, as the console's fan-out does)
+
+        async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as client:
+            while True:
+                await asyncio.sleep(self.every_s / 2)
+                try:
+                    await self.gather(client)
+                except Exception:  # a round that fails leaves the figures as they were
+                    _log.exception("gathering load figures failed; trying again next round")
+
+    async def gather(self, client: Any) -> bytes:
+        """One round: every member's figures merged (a partition two members report, during a
+        handoff, counts at the larger rate) and handed on; returns the codes."""
+        rates = np.zeros(self.table_config.partitions, dtype=np.float64)
+
+        def add(figures: Mapping[Any, Any]) -> None:
+            for p, r in figures.items():
+                p, r = int(p), float(r)
+                if 0 <= p < len(rates) and np.isfinite(r) and r > rates[p]:
+                    rates[p] = r
+
+        add(self._own_rates())
+        others = {m: url for m, url in self._addresses().items() if m != self.node_id and url}
+
+        async def ask(url: str) -> Mapping[str, Any] | None:
+            try:
+                r = await client.get(f"{url.rstrip('/')}/v1/load")
+                r.raise_for_status()
+                figures = r.json()["partitions"]
+                return figures if isinstance(figures, dict) else None
+            except Exception:  # (a member that does not answer in time: left out of this round)
+                return None
+
+        for figures in await asyncio.gather(*(ask(url) for url in others.values())):
+            if figures is None:
+                self.unanswered += 1
+            else:
+                add(figures)
+        codes = LoadReport.of(rates).codes
+        self.rounds += 1
+        self._set_loads(codes, int(time.time()))
+        return codes
+
+    # ----- plan ------------------------------------------------------------------------
+    def view(self, view: View) -> Plan | None:
+        """A new stable view: plan once per committed set of figures, and set this node's weight
+        to the plan's. Returns the plan made, if any."""
+        if not view.loads or view.loads_at <= self.planned_at or self.node_id not in view.members:
+            return None
+        self.planned_at = view.loads_at
+        budget = self.budget.refilled(view.loads_at)
+        made = plan(view.weighted(), LoadReport(view.loads), self.table_config, self.rebalance,
+                    allowance=budget.tokens)
+        self.last_plan = made
+        if not made.changed:
+            self.budget = budget
+            return made
+        self.budget = budget.spent(made.moved, made.partitions)
+        mine = made.weights[self.node_id]
+        _log.info("load-aware weights: max/mean %.3f -> %.3f moving %d partitions; this node's weight %g -> %g",
+                  made.ratio_before, made.ratio_after, made.moved, view.weighted()[self.node_id], mine)
+        if mine != view.weighted()[self.node_id]:
+            self._set_weight(mine)
+        return made
+
+    def status(self) -> dict[str, Any]:
+        p = self.last_plan
+        return {"every_s": self.every_s, "rounds": self.rounds, "unanswered": self.unanswered,
+                "planned_from": self.planned_at if self.planned_at >= 0 else None,
+                "budget_left": float(self.budget.tokens),
+                "last_plan": None if p is None else {
+                    "reason": p.reason, "changed": p.changed, "max_over_mean_before": round(p.ratio_before, 4),
+                    "max_over_mean_after": round(p.ratio_after, 4), "moved": p.moved}}

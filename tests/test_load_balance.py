@@ -1,0 +1,115 @@
+"""Load-aware weights on nodes (``placement.service.load_balance``, issue 33): the figures are
+gathered and merged, plans are made from what a stable view committed, once per set of figures,
+and three in-process nodes end up with one set of planned weights in their stable views."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ownership.views import View
+from placement.rebalance import LoadReport
+from placement.service.load_balance import LoadBalancer
+from placement.service.node import Node
+from placement.table import TableConfig
+
+from test_node_exclusive import Ledger, P, config
+
+
+class FakeClient:
+    """``get(url)``: each member's ``/v1/load`` body, or an error for a member that is down."""
+
+    def __init__(self, bodies: dict[str, dict | None]) -> None:
+        self.bodies = bodies
+
+    async def get(self, url: str):
+        found = self.bodies[url.split("/v1/")[0]]
+        if found is None:
+            raise OSError("connection refused")
+        body: dict = found
+
+        class R:
+            def raise_for_status(self) -> None: ...
+            def json(self) -> dict:
+                return body
+
+        return R()
+
+
+def balancer(calls: list, **kw) -> LoadBalancer:
+    return LoadBalancer("a", TableConfig(P), 4.0, own_rates=kw.get("own", lambda: {0: 8.0}),
+                        addresses=lambda: {"a": "http://a", "b": "http://b", "c": "http://c"},
+                        set_loads=lambda codes, at: calls.append(("loads", codes, at)),
+                        set_weight=lambda w: calls.append(("weight", w)))
+
+
+def test_a_round_merges_every_members_figures_and_leaves_out_one_that_does_not_answer():
+    calls: list = []
+    lb = balancer(calls)
+    client = FakeClient({"http://b": {"partitions": {"1": 2.0, "0": 1.0}}, "http://c": None})
+    codes = asyncio.run(lb.gather(client))
+    assert calls == [("loads", codes, calls[0][2])] and abs(calls[0][2] - time.time()) < 5
+    levels = LoadReport(codes).levels()
+    assert levels[0] > levels[1] > 0 and not levels[2:].any()  # 0 at the larger of 8 and 1; 1 at 2
+    assert lb.unanswered == 1 and lb.rounds == 1
+
+
+def test_a_plan_is_made_once_per_committed_figures_and_sets_only_this_members_weight():
+    calls: list = []
+    lb = balancer(calls)
+    weights = {"a": 1.0, "b": 1.0, "c": 1.0}
+    table_owner = __import__("placement").PlacementTable.build(weights, P)
+    hot = [1000.0 if table_owner.owner(p) == "a" else 1.0 for p in range(P)]  # a leads all the load
+    view = View.of(7, weights, loads=LoadReport.of(hot).codes, loads_at=1000)
+    made = lb.view(view)
+    assert made is not None and made.changed and made.ratio_after < made.ratio_before
+    assert calls == [("weight", made.weights["a"])] and made.weights["a"] < 1.0
+    assert lb.view(view) is None and lb.view(View.of(8, weights, loads=view.loads, loads_at=1000)) is None
+    assert lb.view(View.of(9, weights)) is None  # no figures: nothing to plan from
+    assert lb.status()["last_plan"]["changed"] is True and lb.status()["planned_from"] == 1000
+
+
+def test_three_nodes_plan_one_set_of_weights_from_their_committed_views():
+    """End to end on in-process nodes (their HTTP APIs are not served here: each member's own
+    figures only): rule 12 commits the figures in a stable view, every member plans from it, the
+    loaded member lowers its own weight, and the next stable view carries it everywhere."""
+    async def main():
+        ledger = Ledger()
+        nodes: list[Node] = []
+        for i in (1, 2, 3):
+            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0))
+            ledger.attach(node)
+            nodes.append(await node.start())
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                for node in nodes:  # every member measures load on what it owns; n1's is hot
+                    for p in node.owned_partitions():
+                        node.record_load(p, 50.0 if node.node_id == "n1" else 1.0)
+                views = [dict(n.table.members) for n in nodes]
+                if all(v == views[0] for v in views) and views[0].get("n1", 1.0) < 1.0:
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"no planned weights everywhere: {[n.table.members for n in nodes]}, "
+                                     f"{[n.load_balancing for n in nodes]}")
+            assert all(n.load_balancing["last_plan"] is not None for n in nodes)  # type: ignore[index]
+            assert ledger.overlaps() == []  # one owner at a time through the moves
+        finally:
+            for n in nodes:
+                await n.leave()
+
+    asyncio.run(main())
+
+
+def test_load_aware_needs_exclusive_ownership_and_a_sane_period():
+    from placement.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="exclusive"):
+        config("x", load_aware_s=10.0, ownership="available")
+    with pytest.raises(InvalidConfigError, match="capacity factor"):
+        config("x", load_aware_s=10.0, capacity_factor=1.1)
+    with pytest.raises(InvalidConfigError, match="at least 2 seconds"):
+        config("x", load_aware_s=0.5)
