@@ -54,6 +54,13 @@ def test_a_round_merges_every_members_figures_and_leaves_out_one_that_does_not_a
     levels = LoadReport(codes).levels()
     assert levels[0] > levels[1] > 0 and not levels[2:].any()  # 0 at the larger of 8 and 1; 1 at 2
     assert lb.unanswered == 1 and lb.rounds == 1
+    # A member that answers nonsense (or a stranger's body) is left out; the round goes on.
+    for bad in ({"partitions": {"x": 1.0}}, {"partitions": {"1": "nan"}}, {"partitions": {"1": -5}},
+                {"partitions": ["1"]}, {"nothing": 1}):
+        client = FakeClient({"http://b": bad, "http://c": {"partitions": {"2": 4.0}}})
+        codes = asyncio.run(lb.gather(client))
+        levels = LoadReport(codes).levels()
+        assert levels[0] > levels[2] > 0 and levels[1] == 0, bad  # own figures and c's only
 
 
 def test_a_plan_is_made_once_per_committed_figures_and_sets_only_this_members_weight():

@@ -84,23 +84,26 @@ class LoadBalancer:
         handoff, counts at the larger rate) and handed on; returns the codes."""
         rates = np.zeros(self.table_config.partitions, dtype=np.float64)
 
-        def add(figures: Mapping[Any, Any]) -> None:
+        def add(figures: Mapping[int, float]) -> None:
             for p, r in figures.items():
-                p, r = int(p), float(r)
-                if 0 <= p < len(rates) and np.isfinite(r) and r > rates[p]:
+                if 0 <= p < len(rates) and r > rates[p]:
                     rates[p] = r
 
         add(self._own_rates())
         others = {m: url for m, url in self._addresses().items() if m != self.node_id and url}
 
-        async def ask(url: str) -> Mapping[str, Any] | None:
+        async def ask(url: str) -> dict[int, float] | None:
+            """A member's figures, or None: no answer in time, or an answer that is not a map of
+            partition numbers to finite rates >= 0 (left out of this round, whole: one bad answer
+            spoils neither the round nor the others' figures)."""
             try:
                 r = await client.get(f"{url.rstrip('/')}/v1/load")
                 r.raise_for_status()
                 figures = r.json()["partitions"]
-                return figures if isinstance(figures, dict) else None
-            except Exception:  # (a member that does not answer in time: left out of this round)
+                out = {int(p): float(v) for p, v in figures.items()}
+            except Exception:
                 return None
+            return out if all(np.isfinite(v) and v >= 0 for v in out.values()) else None
 
         for figures in await asyncio.gather(*(ask(url) for url in others.values())):
             if figures is None:
