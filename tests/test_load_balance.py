@@ -120,3 +120,24 @@ def test_load_aware_needs_exclusive_ownership_and_a_sane_period():
         config("x", load_aware_s=10.0, capacity_factor=1.1)
     with pytest.raises(InvalidConfigError, match="at least 2 seconds"):
         config("x", load_aware_s=0.5)
+
+
+def test_a_member_does_not_move_its_weight_straight_back():
+    """On noisy figures a plan can undo the last one (seen on processes: a weight flip-flopped
+    8 times in 2 min); a member holds its weight rather than reverse its last step within
+    ``REVERSAL_HOLD_PLANS`` plans."""
+    from placement import PlacementTable
+
+    calls: list = []
+    lb = balancer(calls)
+    weights = {"a": 1.0, "b": 1.0, "c": 1.0}
+    table = PlacementTable.build(weights, P)
+    hot_a = [1000.0 if table.owner(p) == "a" else 1.0 for p in range(P)]
+    first = lb.view(View.of(7, weights, loads=LoadReport.of(hot_a).codes, loads_at=1000))
+    assert first is not None and calls == [("weight", first.weights["a"])] and first.weights["a"] < 1.0
+    lowered = {**weights, "a": first.weights["a"]}
+    table2 = PlacementTable.build(lowered, P)
+    hot_b = [1000.0 if table2.owner(p) == "b" else 1.0 for p in range(P)]  # now b is the hot one
+    second = lb.view(View.of(8, lowered, loads=LoadReport.of(hot_b).codes, loads_at=1100))
+    assert second is not None and second.changed and second.weights["a"] > lowered["a"]  # the plan raises a...
+    assert calls == [("weight", first.weights["a"])] and lb.held_back == 1  # ...which a does not do yet

@@ -41,6 +41,8 @@ __all__ = ["LoadBalancer"]
 _log = logging.getLogger("placement.load")
 #: How long one member's ``/v1/load`` may take before its figures are left out of this round.
 ASK_TIMEOUT_S = 2.0
+#: A member does not move its weight back the other way within this many plans of its last step.
+REVERSAL_HOLD_PLANS = 3
 
 
 class LoadBalancer:
@@ -65,6 +67,9 @@ class LoadBalancer:
         self.last_plan: Plan | None = None
         self.rounds = 0
         self.unanswered = 0  # members whose figures a round went without
+        self.plans = 0
+        self.held_back = 0  # plans whose weight for this member would have undone its last step
+        self._last_change: tuple[int, int] | None = None  # (direction, plans then) of this member's weight
 
     # ----- gather ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -125,21 +130,36 @@ class LoadBalancer:
         budget = self.budget.refilled(view.loads_at)
         made = plan(view.weighted(), LoadReport(view.loads), self.table_config, self.rebalance,
                     allowance=budget.tokens)
+        self.plans += 1
         self.last_plan = made
         if not made.changed:
             self.budget = budget
             return made
         self.budget = budget.spent(made.moved, made.partitions)
-        mine = made.weights[self.node_id]
+        mine, now_w = made.weights[self.node_id], view.weighted()[self.node_id]
+        if mine == now_w:
+            return made
+        direction = 1 if mine > now_w else -1
+        last = self._last_change
+        if last is not None and last[0] == -direction and self.plans - last[1] <= REVERSAL_HOLD_PLANS:
+            # Not straight back (issue 33: on real processes a member's weight flip-flopped
+            # between two values, 8 times in 2 min, on sampled figures noisier than the planner's
+            # hysteresis). Only this member's own weight is held: each member sets its own, so
+            # the next view is still one every member agrees on.
+            self.held_back += 1
+            _log.info("load-aware weights: this node keeps weight %g (the plan's %g would undo its last step)",
+                      now_w, mine)
+            return made
+        self._last_change = (direction, self.plans)
         _log.info("load-aware weights: max/mean %.3f -> %.3f moving %d partitions; this node's weight %g -> %g",
-                  made.ratio_before, made.ratio_after, made.moved, view.weighted()[self.node_id], mine)
-        if mine != view.weighted()[self.node_id]:
-            self._set_weight(mine)
+                  made.ratio_before, made.ratio_after, made.moved, now_w, mine)
+        self._set_weight(mine)
         return made
 
     def status(self) -> dict[str, Any]:
         p = self.last_plan
         return {"every_s": self.every_s, "rounds": self.rounds, "unanswered": self.unanswered,
+                "plans": self.plans, "held_back": self.held_back,
                 "planned_from": self.planned_at if self.planned_at >= 0 else None,
                 "budget_left": float(self.budget.tokens),
                 "last_plan": None if p is None else {
