@@ -74,16 +74,16 @@ class NotYetOwned(HTTPException):
     """503 + ``Retry-After``: this node leads the key's partition but does not hold it (yet): in
     exclusive mode it is still being handed over, or ownership is paused (no quorum lease), or
     the node is leaving. Nobody else may take the request either, so the client waits.
-    ``waited``: the request already waited ``HANDOFF_WAIT_S`` for it here, so it may come back
-    at once (``Retry-After: 0``: it waits here again, a leaving node too, until its placement
-    names the next owner); otherwise ``Retry-After: 1``."""
+    It is answered once the request already waited ``HANDOFF_WAIT_S`` for it here (``hold``), so
+    it may come back at once (``Retry-After: 0``: it waits here again, a leaving node too, until
+    its placement names the next owner)."""
 
-    def __init__(self, node: OwnerNode, key: str | bytes, waited: bool = False) -> None:
+    def __init__(self, node: OwnerNode, key: str | bytes) -> None:
         paused = getattr(node, "paused", None)
         why = (f"ownership is paused: {paused}" if paused else "this node is leaving" if getattr(node, "leaving", False)
                else f"partition {node.table.partition_of(key)} is being handed over to this node")
         super().__init__(503, f"this node leads the key but does not hold it yet ({why}); retry shortly",
-                         {"Retry-After": "0" if waited else "1"})
+                         {"Retry-After": "0"})
 
 
 async def held(node: OwnerNode, key: str | bytes, timeout_s: float = HANDOFF_WAIT_S) -> bool:
@@ -110,7 +110,7 @@ async def hold(node: OwnerNode, key: str | bytes, path: str) -> None:
     owner = node.table.lookup(key)[0]
     if owner != node.node_id:
         raise Misdirected(owner, node.snapshot.address(owner), node.table.checksum, path)
-    raise NotYetOwned(node, key, waited=True)
+    raise NotYetOwned(node, key)
 
 
 def require_ownership(node: OwnerNode, param: str = "key") -> Callable[[Request], Awaitable[str]]:

@@ -65,7 +65,6 @@ from membership import (
     JoinRefused,
     MemberEvent,
     MemberInfo,
-    Meta,
     RefusedPeer,
 )
 from membership.aio import Member, start_member
@@ -182,7 +181,7 @@ class Node:
     async def _open(self) -> tuple[Member, ExclusiveRunner | None]:
         """On the membership thread: bind the gossip socket, join, build the runner (exclusive mode)."""
         c = self.config
-        meta = Meta(weight=c.weight, http=c.http_advertise, tags=c.tags, zone=c.zone)
+        meta = c.meta()
         # Seconds since the epoch: a restarted node starts above any incarnation the cluster
         # holds for its old self, so it is not mistaken for its dead predecessor.
         member = await start_member(
@@ -232,10 +231,10 @@ class Node:
 
     def _set_weight(self, weight: float) -> None:
         """Gossip this node's new weight (load-aware weights): the next stable view carries it."""
-        member, c = self._member, self.config
+        member = self._member
         if self._thread is None or member is None:
             return
-        meta = Meta(weight=weight, http=c.http_advertise, tags=c.tags, zone=c.zone)
+        meta = self.config.meta(weight)
         self._thread.to_member(lambda: asyncio.ensure_future(member.update_meta(meta)))
 
     @property

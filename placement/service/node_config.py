@@ -102,7 +102,13 @@ class NodeConfig:
             raise InvalidConfigError("--zone and a capacity factor do not combine (placement.zones): drop one")
         if ZONE_TAG in self.tags:
             raise InvalidConfigError(f"the tag {ZONE_TAG!r} is reserved for the zone: give --zone instead")
-        Meta(weight=self.weight, http=self.http_advertise, tags=self.tags, zone=self.zone)  # validates weight
+        self.meta()  # validates weight, tags and zone together
+
+    def meta(self, weight: float | None = None) -> Meta:
+        """What this node gossips about itself (``weight``: another than ``--weight``, as
+        load-aware weights set it)."""
+        return Meta(weight=self.weight if weight is None else weight, http=self.http_advertise, tags=self.tags,
+                    zone=self.zone)
 
     @property
     def table_config(self) -> TableConfig:
