@@ -213,7 +213,8 @@ class Ownership:
         genesis = View.of(0, dict.fromkeys(config.bootstrap, 1.0)) if config.bootstrap and not founder else None
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now,
-                                 quiet_s=0.0 if founder else 2 * config.lease_s, restored=restored, genesis=genesis)
+                                 fence_s=config.fence_drain_s, quiet_s=0.0 if founder else 2 * config.lease_s,
+                                 restored=restored, genesis=genesis)
         #: The incarnation a view this member founds or bootstraps carries (``View.inc``): the
         #: driver draws it at random; without one (the simulator, tests) it is a function of the
         #: member's id and start.

@@ -12,7 +12,7 @@ of W(S), or exactly half including the first witness: two quorums always share a
 
 Lease. Every ``renew_s`` a member sends ``LeaseReq(seq, generation, S)`` to the witnesses of
 its S: in the steady state to a smallest quorum of them, to all of them when anything is
-unusual (``QuorumLease._quorum_to_ask``; which witnesses were asked matters to no argument
+unusual (``QuorumLease._targets``; which witnesses were asked matters to no argument
 below, only that a quorum granted). A witness grants it when its own stable view is S and the
 member was not *condemned* at that generation, and remembers when it last granted. When a
 quorum granted round ``seq``, the member's lease runs to ``send_time(seq) + lease_s`` on its
@@ -229,13 +229,17 @@ class QuorumLease:
     """The lease of member ``me`` and its witness duties (module docstring)."""
 
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
-                 max_drift: float, now: float, quiet_s: float = 0.0,
+                 max_drift: float, now: float, quiet_s: float = 0.0, fence_s: float = 0.0,
                  restored: WitnessState | None = None, genesis: View | None = None) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.resend_s = resend_s
+        #: A rolling round (one witness) only while the lease has this much left: should it be
+        #: lost, the next round, a quorum's, still gets its resend before the owner's fence
+        #: margin (``fence_s``, the owner's ``fence_drain_s``).
+        self.rolling_margin_s = renew_s + fence_s + resend_s / 2
         self.stretch = (1 + max_drift) / (1 - max_drift)
         #: The linear history of stable views (``ownership.views``). A restarted process
         #: takes no part in choosing views for ``quiet_s`` (it forgot its promises): one whose
@@ -284,6 +288,14 @@ class QuorumLease:
         self._round_targets: tuple[str, ...] = ()
         self._urgent = False  # the next round asks every witness (something waits for it)
         self._rounds: dict[int, tuple[float, int, set[str], int]] = {}  # seq -> (sent, generation, granted by, reserve)
+        #: Witness -> the send time of its latest grant to this generation under this view (the
+        #: lease runs from the latest time a quorum of witnesses granted at or after: ``_quorum_since``).
+        self._grants: dict[str, float] = {}
+        self._grant_reserves: dict[str, int] = {}  # witness -> highest reserve it granted us under this view
+        self._rolling = False  # the current round asks one witness (``_targets``)
+        self._retaught: set[str] = set()  # witnesses asked again with our view in the current round
+        self._awaiting: set[str] = set()  # witnesses asked in the current round that have not answered
+        self._silent: set[str] = set()  # witnesses that left a round unanswered and have not answered since
         self._view: frozenset[str] = frozenset()
         self._healthy: frozenset[str] = frozenset()
         #: A witness said a successor of our view is pending: help choose it (``propose``).
@@ -393,13 +405,18 @@ class QuorumLease:
         self.learned_at = now
         self._past = [*self._past, old.ck][-16:]
         self._rounds.clear()  # grants under the old view no longer count
+        self._grants.clear()
+        self._grant_reserves.clear()
         # A lease under the new view at once, not at the next renewal: creation (a takeover)
         # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
         self._next_round = min(self._next_round, now)
-        # Send the view along until each witness has granted under it: one that missed the
-        # ``Decided`` would otherwise refuse a round first, and under loss two lost rounds
-        # reach the fence margin (measured: 1,943 fenced releases in the 5 % loss scenario).
-        self._teach = set(self.witnesses) - {self.me}
+        # The view travels with a request only to a witness that answered from behind it, and
+        # that one is asked again at once (``on_reply``). Sending it along to every witness
+        # until each granted under it (against a missed ``Decided``: 1,943 fenced releases in
+        # the 5 % loss scenario when a behind witness waited for the next round) cost every
+        # member five copies of the view, split over several datagrams each: at N=256, 65 of a
+        # member's 100 extra datagrams in a crash run (issue 34).
+        self._teach = set()
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
@@ -429,14 +446,15 @@ class QuorumLease:
         self.generation += 1
         self.valid_until = float("-inf")
         self._rounds.clear()
+        self._grants.clear()
 
     def tick(self, now: float) -> None:
         self.views.tick(now)
         self._flush_self(now)
         if now >= self._next_round:
             self._next_round = now + self.renew_s
-            targets = (() if self._urgent else self._quorum_to_ask()) or self.witnesses \
-                or witnesses_of(self._view, self.k)
+            targets, self._rolling = self._targets(now)
+            targets = targets or self.witnesses or witnesses_of(self._view, self.k)
             self._urgent = False
             ask: set[str] = set()
             for g, seen in self._pending.items():  # after a drop, also ask the witnesses of the dropped lease
@@ -445,6 +463,9 @@ class QuorumLease:
                 targets = tuple(dict.fromkeys((*targets, *sorted(ask))))
             if targets:
                 self._seq += 1
+                self._retaught.clear()
+                self._silent |= self._awaiting
+                self._awaiting = set()
                 self._rounds[self._seq] = (now, self.generation, set(), self.reserve)
                 for old in [q for q in self._rounds if q < self._seq - 8]:
                     del self._rounds[old]
@@ -457,7 +478,19 @@ class QuorumLease:
             # healthy member (two rounds lost in a row).
             self._retry_at = math.inf
             rnd = self._rounds.get(self._seq)
-            if rnd is not None and not is_quorum(rnd[2], self.witnesses):
+            if self._rolling:
+                # A rolling round's one witness did not answer: harmless while the lease has its
+                # margin (the next round asks another); otherwise the round asks a quorum now.
+                if rnd is not None and not set(self._round_targets) <= rnd[2] \
+                        and self.valid_until - now < self.rolling_margin_s:
+                    self._rolling = False
+                    asked = set(self._round_targets)
+                    for w in self._smallest_quorum(self._silent | self._awaiting) or self.witnesses:
+                        if w not in asked:
+                            self._round_targets = (*self._round_targets, w)
+                    self._request([w for w in self._round_targets if w not in asked], now)
+                    self._retry_at = now + self.resend_s / 2
+            elif rnd is not None and not is_quorum(rnd[2], self.witnesses):
                 narrow = self._narrow()
                 self._widen()
                 self._request([w for w in self._round_targets if w not in rnd[2]], now)
@@ -485,42 +518,73 @@ class QuorumLease:
                     if w not in c.bounds:
                         self._send(w, Condemn(subject, c.stable_ck, c.nonce), now)
 
-    def _quorum_to_ask(self) -> tuple[str, ...]:
-        """Whom a round asks in the steady state: a smallest quorum of the witnesses that granted
-        the previous round, when that round was of this generation, under this view, and
-        granted by a quorum (otherwise ``()``: ask every witness).
+    def _targets(self, now: float) -> tuple[tuple[str, ...], bool]:
+        """Whom a round asks, and whether it is a *rolling* round (one witness). ``()``: every
+        witness - the first round of a view or generation, a round something waits for (a
+        larger epoch reserve, for a takeover: a round to a bare quorum needs every answer, so
+        under loss it would need its resend more often, on the takeover's critical path).
 
-        Why: safety rests only on quorum intersection - a lease needs *a* quorum, and every
-        condemnation quorum, every quorum that accepts a successor view and every quorum behind
-        a take-back verdict shares a witness with it - never on which witnesses were asked.
-        Asking 3 of 5 instead of 5 cuts a witness's load from N to about 3N/5 requests a second,
-        and a member's replies from 5 to 3 (issue 14 item 1: on this project's test machine
-        each wake-up of an idle process costs ~240 us; docs/benchmarks-log.md, "Idle CPU ...
-        fourth pass"); Cassandra's reads at QUORUM likewise contact only as many replicas as the
-        quorum needs, and others when one is slow. Anything unusual widens the round to every
-        witness (``_widen``): no quorum by ``resend_s``/2, or any refusal - a condemnation, a
-        successor view pending, a witness behind - so what one witness refuses for, the others
-        are asked about at once, as when every round asked them all.
+        Rolling rounds (issue 34). The lease does not need one round granted by a quorum: it
+        runs from the latest time T such that the witnesses whose latest grant was sent at T
+        or later form a quorum (``_quorum_since``). That set is a quorum, so every condemnation
+        quorum shares a witness with it, and that witness's answer (how long ago it last
+        granted) bounds the lease as a single round's quorum did. So while the lease has its
+        margin (``rolling_margin_s``) a round asks only the witness whose grant is the oldest
+        (and this member, if it is a witness: no datagram). Grants then rotate over all the
+        witnesses: a member sends one request a round instead of a quorum's three, witnesses
+        share the load evenly, and a taker's best quorum holds the oldest grants, so a lease
+        that must run longer to cover the rotation (``lease_s`` > (quorum + 1) ``renew_s`` +
+        the margins) ends, after a crash, about as soon after it as before.
 
-        Order: this member first if it is a witness (no datagram), then the others by a hash
-        of (member, witness), so members spread over the witnesses instead of all asking the
-        first three; those that granted last time stay asked while they keep granting.
-
-        A round something waits for (a larger epoch reserve, for a takeover) asks every witness
-        regardless: a round to a bare quorum needs every answer, so under loss it would need its
-        resend more often, on the takeover's critical path."""
+        With less margin a round asks a smallest quorum of the witnesses that granted and
+        answered their last request (``_smallest_quorum``). Why only a quorum: safety rests only
+        on quorum intersection - a lease needs *a* quorum, and every condemnation quorum, every
+        quorum that accepts a successor view and every quorum behind a take-back verdict shares
+        a witness with it - never on which witnesses were asked; Cassandra's reads at QUORUM
+        likewise contact only as many replicas as the quorum needs, and others when one is slow.
+        Anything unusual widens a round to every witness (``_widen``): no quorum by
+        ``resend_s``/2, or any refusal - a condemnation, a successor view pending, a witness
+        behind - so what one witness refuses for, the others are asked about at once."""
         witnesses = self.witnesses
-        rnd = self._rounds.get(self._seq)
-        if rnd is None or rnd[1] != self.generation or not is_quorum(rnd[2], witnesses):
-            return ()
-        granted = rnd[2]
+        if self._urgent or not witnesses or self._quorum_since() is None:
+            return (), False
+        if self.me in witnesses and is_quorum((self.me,), witnesses):
+            return (self.me,), False  # this member's own grant is a quorum (two members)
+        missed = self._silent | self._awaiting
         me = self.me.encode()
-        order = sorted((w for w in witnesses if w in granted),
+
+        def spread(w: str) -> int:  # members spread over the witnesses, not all on the first ones
+            return zlib.crc32(me + b"/" + w.encode())
+
+        if self.valid_until - now >= self.rolling_margin_s:
+            pick = min((w for w in witnesses if w != self.me),
+                       key=lambda w: (w in missed, self._grants.get(w, -math.inf), spread(w), w))
+            return ((self.me, pick) if self.me in witnesses else (pick,)), True
+        return self._smallest_quorum(missed), False
+
+    def _smallest_quorum(self, missed: set[str]) -> tuple[str, ...]:
+        """A smallest quorum of the witnesses that granted under this view and generation and
+        answered their last request (not in ``missed``): this member first if it is a witness (no datagram),
+        then the others by a hash of (member, witness), so members spread over the witnesses.
+        ``()`` when they hold no quorum (then every witness is asked)."""
+        witnesses = self.witnesses
+        me = self.me.encode()
+        order = sorted((w for w in witnesses if w in self._grants and w not in missed),
                        key=lambda w: (w != self.me, zlib.crc32(me + b"/" + w.encode()), w))
         for i in range(1, len(order) + 1):
             if is_quorum(order[:i], witnesses):
                 return tuple(order[:i])
         return ()
+
+    def _quorum_since(self) -> tuple[float, frozenset[str]] | None:
+        """The latest send time T such that the witnesses whose latest grant (this generation,
+        this view) was sent at T or later form a quorum, and that quorum; None: no quorum."""
+        witnesses = self.witnesses
+        order = sorted(((t, w) for w, t in self._grants.items() if w in witnesses), reverse=True)
+        for i in range(len(order)):
+            if is_quorum((w for _, w in order[: i + 1]), witnesses):
+                return order[i][0], frozenset(w for _, w in order[: i + 1])
+        return None
 
     def _narrow(self) -> bool:
         """The current round asked only some of the witnesses."""
@@ -546,12 +610,16 @@ class QuorumLease:
         # member with an installed view, which none had (fuzz --wide --durable-state seed 1074).
         first = self.views.restored_inc if not v.num else 0
         for w in targets:
+            if w != self.me:
+                self._awaiting.add(w)
             taught = w in self._teach
             self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0), v.members if taught else (),
                                    self.reserve, v.num, v.weights if taught else (), v.inc if taught else first,
                                    v.loads if taught else b"", v.loads_at if taught else 0), now)
 
     def on_reply(self, src: str, r: LeaseReply, now: float) -> None:
+        self._awaiting.discard(src)
+        self._silent.discard(src)
         if r.condemned:
             if self._echo.get(src) != r.condemned:
                 self._heard_condemned[src] = r.condemned
@@ -570,8 +638,11 @@ class QuorumLease:
             return
         if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
             self._teach.add(src)  # a witness behind us: send it our view
-            if r.seq == self._seq:
-                self._ask_the_rest(now)
+            if r.seq == self._seq and src not in self._retaught:
+                # At once, in the same round (a grant still counts from its first send); once a
+                # round, so a witness that cannot take our view is not asked in a loop.
+                self._retaught.add(src)
+                self._request([src], now)
             return
         if r.pending:
             self.help_choose = True
@@ -589,15 +660,24 @@ class QuorumLease:
             # (Only above our own reserve: a reply to an older request of ours, overtaken by a
             # newer one, reports our own newer reserve.)
             self.id_reserve = max(self.id_reserve, r.reserve)
-        if is_quorum(granted, self.witnesses):
-            self.confirmed_reserve = max(self.confirmed_reserve, reserve)
-        if gen == self.generation and is_quorum(granted, self.witnesses):
-            if sent + self.lease_s >= self.valid_until:
-                # The latest renewal's quorum: a taker condemns under the witness set that
-                # granted it (the stable view in force), so the two quorums share a witness.
-                self.valid_until = sent + self.lease_s
-                self.lease_num = self.num
-                self._last_quorum[gen] = frozenset(granted)
+        # A witness remembers the highest reserve it granted us, so the reserves a quorum
+        # granted (one witness each, any rounds) bound what a condemnation quorum learns.
+        self._grant_reserves[src] = max(self._grant_reserves.get(src, 0), reserve)
+        order = sorted(((v, w) for w, v in self._grant_reserves.items() if w in self.witnesses), reverse=True)
+        for i in range(len(order)):
+            if is_quorum((w for _, w in order[: i + 1]), self.witnesses):
+                self.confirmed_reserve = max(self.confirmed_reserve, order[i][0])
+                break
+        if gen != self.generation:
+            return
+        self._grants[src] = max(sent, self._grants.get(src, -math.inf))
+        since = self._quorum_since()
+        if since is not None and since[0] + self.lease_s >= self.valid_until:
+            # The quorum behind the latest lease: a taker condemns under the witness set that
+            # granted it (the stable view in force), so the two quorums share a witness.
+            self.valid_until = since[0] + self.lease_s
+            self.lease_num = self.num
+            self._last_quorum[gen] = since[1]
 
     def want(self, epoch: int, now: float) -> bool:
         """May the owner use fencing epoch ``epoch``? If the confirmed reserve is below it, a
@@ -607,7 +687,7 @@ class QuorumLease:
         if epoch > self.reserve:
             self.reserve = epoch + RESERVE_BLOCK
             self._next_round = min(self._next_round, now)
-            self._urgent = True  # a takeover waits for it: ask every witness (``_quorum_to_ask``)
+            self._urgent = True  # a takeover waits for it: ask every witness (``_targets``)
         return False
 
     def echoing(self) -> bool:
@@ -781,7 +861,9 @@ class QuorumLease:
         at the resend check of a round a quorum already granted, which asks no one: leave it out."""
         t = min(self._next_round, self.views.next_time())
         rnd = self._rounds.get(self._seq)
-        if not (idle and rnd is not None and is_quorum(rnd[2], self.witnesses)):
+        answered = rnd is not None and (is_quorum(rnd[2], self.witnesses)
+                                        or (self._rolling and set(self._round_targets) <= rnd[2]))
+        if not (idle and answered):
             t = min(t, self._retry_at)
         for _, c in self._all_condemning():
             if not self._condemn_done(c):

@@ -1,6 +1,6 @@
-"""Whom a lease round asks (``QuorumLease._quorum_to_ask``): a smallest witness quorum in the
-steady state, every witness otherwise - and a lease is never valid without a quorum's grants,
-whichever witnesses were asked."""
+"""Whom a lease round asks (``QuorumLease._targets``): one witness, in turn, while the lease
+has its margin (rolling rounds); a smallest witness quorum with less; every witness otherwise -
+and a lease is never valid without a quorum's grants, whichever witnesses were asked."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from hypothesis import strategies as st
 from ownership.lease import LeaseReq, QuorumLease, is_quorum
 
 MEMBERS = [f"m{i}" for i in range(7)]
-LEASE_S, RENEW_S, RESEND_S = 3.0, 1.0, 0.5
+#: A lease too short for rolling rounds (``QuorumLease.rolling_margin_s``): every round asks a quorum.
+LEASE_S, RENEW_S, RESEND_S, FENCE_S = 3.0, 1.0, 0.5, 1.0
+#: ExclusiveConfig's defaults: long enough for rolling rounds (one witness a round).
+ROLLING_LEASE_S = 5.5
 
 
-def cluster(members=MEMBERS, k: int = 5) -> dict[str, QuorumLease]:
+def cluster(members=MEMBERS, k: int = 5, lease_s: float = LEASE_S, fence_s: float = FENCE_S) -> dict[str, QuorumLease]:
     nodes = {}
     for m in members:
-        q = QuorumLease(m, witnesses=k, lease_s=LEASE_S, renew_s=RENEW_S, resend_s=RESEND_S, max_drift=1e-3, now=0.0)
+        q = QuorumLease(m, witnesses=k, lease_s=lease_s, renew_s=RENEW_S, resend_s=RESEND_S, max_drift=1e-3,
+                        now=0.0, fence_s=fence_s)
         q.set_stable(members, 0.0)
         nodes[m] = q
     return nodes
@@ -131,15 +135,16 @@ def test_a_refusal_asks_the_other_witnesses_at_once() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), loss=st.floats(0.0, 0.6), k=st.sampled_from([3, 4, 5]),
-       n=st.integers(2, 7))
+       n=st.integers(2, 7), lease_s=st.sampled_from([LEASE_S, ROLLING_LEASE_S]))
 def test_a_lease_is_valid_only_while_a_witness_quorum_granted_its_round(seed: int, loss: float, k: int,
-                                                                       n: int) -> None:
+                                                                       n: int, lease_s: float) -> None:
     """Against a reference: whenever a member's lease is valid at ``t``, a quorum of its
     witnesses granted it a request sent at ``valid_until - lease_s`` or later (what the taker's
     condemnation bound and every intersection argument rely on), under random loss and random
-    silent witnesses."""
+    silent witnesses - with rounds to a quorum and with rolling rounds, whose quorum is made of
+    grants to different rounds."""
     members = MEMBERS[:n]
-    nodes = cluster(members, k)
+    nodes = cluster(members, k, lease_s=lease_s)
     rng = random.Random(seed)
     grants: dict[str, list[tuple[float, str, float]]] = collections.defaultdict(list)  # member -> (sent, witness, t)
     sent_at: dict[tuple[str, int], float] = {}
@@ -168,7 +173,7 @@ def test_a_lease_is_valid_only_while_a_witness_quorum_granted_its_round(seed: in
         for m in members:
             q = nodes[m]
             if q.valid(t):
-                sent = q.valid_until - LEASE_S
+                sent = q.valid_until - lease_s
                 granted = {w for s, w, at in grants[m] if s >= sent - 1e-9 and at <= t} | \
                     ({m} if m in q.witnesses and q._last_grant.get(m, -1.0) >= sent - 1e-9 else set())
                 assert is_quorum(granted, q.witnesses), (seed, m, t, granted, q.witnesses)
@@ -200,3 +205,51 @@ def test_a_round_without_a_quorum_is_sent_once_more_before_the_next_while_the_le
         clock["t"] = t
         net.pump(t)
         t += 0.25
+
+
+def test_rolling_rounds_ask_one_witness_each_in_turn_and_keep_the_lease() -> None:
+    """With a lease long enough (ExclusiveConfig's defaults), a round asks one witness - the one
+    whose grant is the oldest - so a member sends one request a second instead of a quorum's
+    three, every witness gets an even share, and the lease never comes near its fence margin."""
+    nodes = cluster(lease_s=ROLLING_LEASE_S)
+    witnesses = nodes["m0"].witnesses
+    net = Net(nodes)
+    net.run(0.0, 3.0)
+    net.requests.clear()
+    t = 3.0
+    while t < 33.0:
+        net.pump(t)
+        for m, q in nodes.items():
+            assert q.valid_until - t > FENCE_S + RESEND_S, (m, t, q.valid_until)
+        t += 0.25
+    rounds = 30
+    for m in MEMBERS:
+        asked = collections.Counter(dst for (src, dst) in net.requests.elements() if src == m)
+        assert sum(asked.values()) == rounds, (m, asked)  # one datagram a round (a witness asks itself for free)
+        others = [w for w in witnesses if w != m]
+        assert set(asked) == set(others), (m, asked)
+        assert max(asked.values()) - min(asked.values()) <= 1, f"not in turn: {m} {asked}"
+
+
+def test_a_silent_witness_is_passed_over_by_rolling_rounds() -> None:
+    nodes = cluster(lease_s=ROLLING_LEASE_S)
+    witnesses = nodes["m0"].witnesses
+    silent = witnesses[1]
+    net = Net(nodes)
+    net.run(0.0, 3.0)
+    net.drop = lambda src, dst, msg: silent in (src, dst)
+    net.requests.clear()
+    t = 3.0
+    while t < 23.0:
+        net.pump(t)
+        for m, q in nodes.items():
+            if m != silent:
+                assert q.valid_until - t > FENCE_S, f"{m} in its fence margin at {t}"
+        t += 0.25
+    for m in MEMBERS:
+        if m == silent:
+            continue
+        asked = collections.Counter(dst for (src, dst) in net.requests.elements() if src == m)
+        assert asked[silent] <= 1, f"{m} kept asking the silent witness: {asked}"
+        # one a round, and a few more around the first silence (a quorum round: 3 a round = 60)
+        assert sum(asked.values()) <= 20 + 5, (m, asked)
