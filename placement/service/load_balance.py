@@ -14,6 +14,9 @@
    *its own* weight to the plan's (a gossip metadata update), and the next stable view carries
    the new weights: the handoffs move the partitions, one owner at a time. The move budget
    (``MoveBudget``: 9 % a step, 4 %/h) is refilled by the committed figures' time.
+3. **Show.** The latest round's figures (``Gathered``, in work per second) and the last plans
+   (``load_history``) are kept for the console (``GET /v1/balancing``), so an operator sees who
+   is hot and what each step moved.
 
 Asking every member over HTTP costs N requests per member per round (N = 64, a 60 s round: about
 2 requests a second per member); gossip would spread the figures without it, but a member's
