@@ -2,8 +2,9 @@
 
 Three ``placement node`` processes on loopback; the page of n1 must show all three members and
 the partition map, and a ``kill -9`` of n3 must show as dead on the page within 3 s of n1
-declaring it dead (the ``at`` of n1's ``dead`` event). The screenshot is saved under
-tests/artifacts/ (its path is printed).
+declaring it dead (the ``at`` of n1's ``dead`` event); their load panel says they run without
+``--load-aware``. Two nodes with ``--load-aware``: the panel lists each member's load and
+weights, and the plans. The screenshots are saved under tests/artifacts/ (the path is printed).
 """
 
 import json
@@ -28,14 +29,16 @@ ARTIFACTS = pathlib.Path(__file__).parent / "artifacts"
 PAGE_DEADLINE_S = 3.0
 
 
-@pytest.fixture
-def three_nodes():
-    gossip, http = free_ports(3), free_ports(3)
+def launch(count, *extra):
+    """``count`` ``placement node`` processes on loopback (n1 founds, the others join it), each given
+    ``extra`` flags; yields (processes, HTTP URLs) and kills what is left."""
+    gossip, http = free_ports(count), free_ports(count)
     urls = [f"http://127.0.0.1:{p}" for p in http]
     procs = []
-    for i in range(3):
+    for i in range(count):
         cmd = [sys.executable, "-m", "placement_cli", "node", "--id", f"n{i + 1}", "--gossip",
-               f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024", "--replicas", "2"]
+               f"127.0.0.1:{gossip[i]}", "--http", f"127.0.0.1:{http[i]}", "--partitions", "1024", "--replicas", "2",
+               *extra]
         if i:
             cmd += ["--join", f"127.0.0.1:{gossip[0]}"]
         procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -47,6 +50,16 @@ def three_nodes():
             if p.poll() is None:
                 p.kill()
             p.wait(10)
+
+
+@pytest.fixture
+def three_nodes():
+    yield from launch(3)
+
+
+@pytest.fixture
+def two_load_aware_nodes():
+    yield from launch(2, "--load-aware", "2")
 
 
 @pytest.fixture
@@ -84,6 +97,9 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
     # What the cluster survives (GET /v1/ownership): three members, any one may crash.
     poll(lambda: "survives the crash of any one member" in page.find_element("id", "ownership").text, 20,
          "the survival line")
+    # ... and without --load-aware: the load panel says so in one sentence, no empty tables.
+    poll(lambda: "without --load-aware" in page.find_element("id", "load-note").text, 20, "the load-aware note")
+    assert not page.find_element("id", "load-detail").is_displayed()
     # These nodes run without --key-file: the page says what that allows, above everything (issue 31)
     poll(lambda: "gossip runs without keys" in page.find_element("id", "security-warning").text, 20,
          "the keyless warning")
@@ -127,5 +143,33 @@ def test_page_shows_members_map_and_a_kill_9_within_3_s(three_nodes, page):
     shot = ARTIFACTS / "console.png"
     page.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
+    severe = [e for e in page.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == [], json.dumps(severe, indent=1)
+
+
+def load_rows(driver, table):
+    return driver.execute_script(
+        f"return [...document.querySelectorAll('#{table} tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
+
+
+def test_page_shows_each_members_load_and_weights_and_the_plans_of_load_aware_nodes(two_load_aware_nodes, page):
+    """With --load-aware (no work sent: every load is 0, so every plan finds the cluster balanced)
+    the load panel lists both members with their weights and the plans as they are made."""
+    _, urls = two_load_aware_nodes
+    poll(lambda: all(len(httpx.get(f"{u}/v1/members", timeout=10).json()) == 2 for u in urls), 30, "2 members")
+    page.get(urls[0] + "/ui")
+    heads = page.execute_script("return [...document.querySelectorAll('#load thead th')].map(c => c.textContent)")
+    assert heads == ["member", "load (work/s)", "load/mean", "weight (gossiped)", "weight (placed)", "planned weight"]
+    poll(lambda: [r[0] for r in load_rows(page, "load")] == ["n1", "n2"], 30, "both members in the load table")
+    poll(lambda: any(r[-1] == "balanced" for r in load_rows(page, "plans")), 60, "a plan in the steps table")
+    rows = {r[0]: r for r in load_rows(page, "load")}
+    assert rows["n1"][1] == "0" and rows["n1"][3] == "1" and rows["n1"][5] == "1"  # load, gossiped, planned weight
+    assert "without --load-aware" not in page.find_element("id", "load-note").text
+    assert "gathered last" in page.find_element("id", "load-note").text
+    body = httpx.get(f"{urls[0]}/v1/balancing", timeout=10).json()
+    assert body["load_aware"] and body["steps"] and body["steps"][-1]["reason"] == "balanced"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.execute_script("document.getElementById('load-section').scrollIntoView()")
+    page.save_screenshot(str(ARTIFACTS / "console-load.png"))
     severe = [e for e in page.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == [], json.dumps(severe, indent=1)

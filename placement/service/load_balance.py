@@ -14,6 +14,9 @@
    *its own* weight to the plan's (a gossip metadata update), and the next stable view carries
    the new weights: the handoffs move the partitions, one owner at a time. The move budget
    (``MoveBudget``: 9 % a step, 4 %/h) is refilled by the committed figures' time.
+3. **Show.** The latest round's figures (``Gathered``, in work per second) and the last plans
+   (``load_history``) are kept for the console (``GET /v1/balancing``), so an operator sees who
+   is hot and what each step moved.
 
 Asking every member over HTTP costs N requests per member per round (N = 64, a 60 s round: about
 2 requests a second per member); gossip would spread the figures without it, but a member's
@@ -27,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,14 +39,28 @@ from ownership.views import View
 
 from ..rebalance import LoadReport, MoveBudget, Plan, RebalanceConfig, plan
 from ..table import TableConfig
+from .load_history import PlanHistory, PlanStep
 
-__all__ = ["LoadBalancer"]
+__all__ = ["Gathered", "LoadBalancer"]
 
 _log = logging.getLogger("placement.load")
 #: How long one member's ``/v1/load`` may take before its figures are left out of this round.
 ASK_TIMEOUT_S = 2.0
 #: A member does not move its weight back the other way within this many plans of its last step.
 REVERSAL_HOLD_PLANS = 3
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The figures of the latest round, kept for the console (``GET /v1/balancing``): in work
+    per second, where the committed codes are log-scale levels relative to the largest rate.
+    One array of P floats, replaced each round."""
+
+    rates: np.ndarray  # merged rate of every partition (read-only)
+    at: float  # wall-clock seconds since the epoch
+    round: int
+    asked: tuple[str, ...]  # the other members asked (sorted)
+    unanswered: tuple[str, ...]  # those whose figures this round went without
 
 
 class LoadBalancer:
@@ -53,7 +71,7 @@ class LoadBalancer:
     def __init__(self, node_id: str, table_config: TableConfig, every_s: float, *,
                  own_rates: Callable[[], Mapping[int, float]], addresses: Callable[[], Mapping[str, str]],
                  set_loads: Callable[[bytes, int], Any], set_weight: Callable[[float], Any],
-                 rebalance: RebalanceConfig | None = None) -> None:
+                 rebalance: RebalanceConfig | None = None, clock: Callable[[], float] = time.time) -> None:
         self.node_id = node_id
         self.table_config = table_config
         self.every_s = every_s
@@ -61,6 +79,7 @@ class LoadBalancer:
         self._addresses = addresses
         self._set_loads = set_loads
         self._set_weight = set_weight
+        self._clock = clock  # wall clock: the figures' time the rules commit, and times shown
         self.rebalance = rebalance or RebalanceConfig()
         self.budget = MoveBudget()
         self.planned_at = -1  # the committed figures' time the last plan was made from
@@ -70,6 +89,8 @@ class LoadBalancer:
         self.plans = 0
         self.held_back = 0  # plans whose weight for this member would have undone its last step
         self._last_change: tuple[int, int] | None = None  # (direction, plans then) of this member's weight
+        self.gathered: Gathered | None = None  # the latest round's figures
+        self.history = PlanHistory()  # the last plans, for the console
 
     # ----- gather ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -110,35 +131,48 @@ class LoadBalancer:
                 return None
             return out if all(np.isfinite(v) and v >= 0 for v in out.values()) else None
 
-        for figures in await asyncio.gather(*(ask(url) for url in others.values())):
+        asked = sorted(others)
+        missing = []
+        for member, figures in zip(asked, await asyncio.gather(*(ask(others[m]) for m in asked))):
             if figures is None:
                 self.unanswered += 1
+                missing.append(member)
             else:
                 add(figures)
         codes = LoadReport.of(rates).codes
         self.rounds += 1
-        self._set_loads(codes, int(time.time()))
+        now = self._clock()
+        rates.setflags(write=False)
+        self.gathered = Gathered(rates, now, self.rounds, tuple(asked), tuple(missing))
+        self._set_loads(codes, int(now))
         return codes
 
     # ----- plan ------------------------------------------------------------------------
     def view(self, view: View) -> Plan | None:
         """A new stable view: plan once per committed set of figures, and set this node's weight
-        to the plan's. Returns the plan made, if any."""
+        to the plan's. Returns the plan made, if any (each is recorded in ``history``)."""
         if not view.loads or view.loads_at <= self.planned_at or self.node_id not in view.members:
             return None
         self.planned_at = view.loads_at
         budget = self.budget.refilled(view.loads_at)
-        made = plan(view.weighted(), LoadReport(view.loads), self.table_config, self.rebalance,
-                    allowance=budget.tokens)
+        weights = view.weighted()
+        made = plan(weights, LoadReport(view.loads), self.table_config, self.rebalance, allowance=budget.tokens)
         self.plans += 1
         self.last_plan = made
-        if not made.changed:
-            self.budget = budget
-            return made
-        self.budget = budget.spent(made.moved, made.partitions)
-        mine, now_w = made.weights[self.node_id], view.weighted()[self.node_id]
-        if mine == now_w:
-            return made
+        self.budget = budget.spent(made.moved, made.partitions) if made.changed else budget
+        own = self._follow(made, weights[self.node_id])
+        self.history.record(PlanStep(
+            view.num, view.loads_at, self._clock(), made.reason, made.changed, made.ratio_before, made.ratio_after,
+            made.moved, made.partitions, own=own,
+            weights={m: (w, made.weights[m]) for m, w in sorted(weights.items()) if made.weights.get(m, w) != w}))
+        return made
+
+    def _follow(self, made: Plan, now_w: float) -> str:
+        """Set this node's weight to the plan's, unless that undoes its last step: "set", "held"
+        or "kept" (the plan leaves it as it was)."""
+        mine = made.weights[self.node_id]
+        if not made.changed or mine == now_w:
+            return "kept"
         direction = 1 if mine > now_w else -1
         last = self._last_change
         if last is not None and last[0] == -direction and self.plans - last[1] <= REVERSAL_HOLD_PLANS:
@@ -149,12 +183,12 @@ class LoadBalancer:
             self.held_back += 1
             _log.info("load-aware weights: this node keeps weight %g (the plan's %g would undo its last step)",
                       now_w, mine)
-            return made
+            return "held"
         self._last_change = (direction, self.plans)
         _log.info("load-aware weights: max/mean %.3f -> %.3f moving %d partitions; this node's weight %g -> %g",
                   made.ratio_before, made.ratio_after, made.moved, now_w, mine)
         self._set_weight(mine)
-        return made
+        return "set"
 
     def status(self) -> dict[str, Any]:
         p = self.last_plan

@@ -242,6 +242,11 @@ class Node:
         """``--load-aware``: rounds gathered, the last plan, the move budget left; None when off."""
         return None if self._balancer is None else self._balancer.status()
 
+    @property
+    def load_balancer(self) -> LoadBalancer | None:
+        """``--load-aware``: this node's balancer (its last figures and plans, for the console); None when off."""
+        return self._balancer
+
     def _end_streams(self) -> None:
         if self._balancing is not None:
             self._balancing.cancel()

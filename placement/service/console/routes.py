@@ -7,6 +7,8 @@
 ``GET /v1/map``        the partition map as one binary body (``console.summary.map_payload``)
 ``GET /v1/checksum``   this node's placement checksum, cheap enough to ask every member
 ``GET /v1/agreement``  every live member's checksum, asked over HTTP by this node and grouped
+``GET /v1/balancing``  load-aware weights: each member's load and weights, the last plans
+                       (``console.balancing``; says so when the node runs without them)
 
 Why the node asks its peers for ``/v1/agreement`` instead of the page: the page's origin is
 one node, and a browser may not read other origins without CORS; one fan-out per node also
@@ -30,6 +32,7 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from ..background import detach
+from .balancing import BalancingOut, balancing
 from .summary import MAP_MEDIA_TYPE, agreement, map_payload
 
 if TYPE_CHECKING:
@@ -180,6 +183,16 @@ def add_console_routes(app: FastAPI, node: Any, problems: dict[int | str, dict[s
             map_cache.clear()
             map_cache[snap.etag] = map_payload(snap)
         return Response(map_cache[snap.etag], media_type=MAP_MEDIA_TYPE, headers={"ETag": etag})
+
+    @app.get("/v1/balancing", response_model=BalancingOut)
+    async def load_balancing() -> Response:
+        """Who is hot and what load-aware weights did: each member's load (work per second, from the
+        figures this node gathered last), its weights gossiped, placed and planned, and the last
+        plans: the view each was planned from, max/mean before and after, the moves. Not part of
+        GET /v1/load, which every member asks every round."""
+        gossiped = {m.node_id: m.meta.weight for m in node.members() if m.is_live}
+        body = balancing(node.node_id, getattr(node, "load_balancer", None), node.snapshot.table, gossiped)
+        return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
 
     @app.get("/v1/checksum", response_model=ChecksumOut)
     async def checksum() -> Response:

@@ -1,5 +1,6 @@
 // The operators' console (issue 12). One module, no framework, no build step: it reads the same
-// endpoints a script would (/v1/members, /v1/map, /v1/ownership, /v1/agreement, /v1/owners) and
+// endpoints a script would (/v1/members, /v1/map, /v1/ownership, /v1/agreement, /v1/owners,
+// /v1/balancing) and
 // follows /v1/events as server-sent events. The partition map is drawn on a canvas from one
 // binary body (placement/service/console/summary.py, map_payload): 65,536 partitions are 65,536 pixels,
 // not 65,536 DOM nodes.
@@ -7,6 +8,8 @@
 const $ = (id) => document.getElementById(id);
 const MEMBERS_EVERY_MS = 2000;
 const OWNERSHIP_EVERY_MS = 2000;
+// Load figures are gathered every --load-aware SECONDS / 2 (at least 1 s) and plans are rarer.
+const BALANCING_EVERY_MS = 5000;
 // Each refresh makes the node ask every member (a few ms of CPU per member: BENCHMARKS.md), so
 // it is rare, plus once the cluster has had a moment to converge after a placement change.
 const AGREEMENT_EVERY_MS = 30000;
@@ -260,6 +263,46 @@ async function loadAgreement() {
   }).join("");
 }
 
+// ----- load-aware weights (GET /v1/balancing) -------------------------------------------------
+const num = (x, digits = 3) => (x === null || x === undefined ? "–" : String(+x.toFixed(digits)));
+const clock = (at) => (at ? new Date(at * 1000).toLocaleTimeString() : "–");
+
+const loadBalancing = coalesced(fetchBalancing);
+async function fetchBalancing() {
+  const b = await getJSON("/v1/balancing");
+  state.balancing = b;
+  const note = $("load-note"), verdict = $("load-verdict");
+  $("load-detail").hidden = !b.load_aware;
+  note.classList.toggle("off", !b.load_aware);
+  if (!b.load_aware) {  // one plain sentence, no empty tables
+    verdict.textContent = "off";
+    note.textContent = b.note;
+    return;
+  }
+  const f = b.figures;
+  verdict.textContent = `every ${num(b.every_s)} s · ${b.plans} plans · move budget left ` +
+    `${num(100 * (b.budget_left || 0), 1)} % of the partitions`;
+  note.textContent = [`${b.note}.`, f ? `Figures of ${clock(f.at)} (round ${f.round}); mean ${num(f.mean)} work/s` +
+    (f.unanswered.length ? `; no answer from ${f.unanswered.join(", ")}: their partitions read as idle.` : ".") :
+    "No figures gathered yet.", `Hot (red): load/mean above ${num(b.trigger)}, the planner's trigger.`].join(" ");
+  document.querySelector("#load tbody").innerHTML = b.members.map((m) => {
+    const hot = m.load_over_mean !== null && m.load_over_mean > b.trigger;
+    const load = m.answered === false ? `<td class="num unanswered">${num(m.load)} (no answer)</td>` :
+      `<td class="num">${num(m.load)}</td>`;
+    return `<tr data-member="${esc(m.id)}"${hot ? ' class="hot"' : ""}><td>${esc(m.id)}</td>${load}` +
+      `<td class="num">${num(m.load_over_mean)}</td><td class="num">${num(m.weight, 4)}</td>` +
+      `<td class="num">${num(m.placed_weight, 4)}</td><td class="num">${num(m.planned_weight, 4)}</td></tr>`;
+  }).join("");
+  document.querySelector("#plans tbody").innerHTML = b.steps.slice().reverse().map((s) => {
+    const changes = Object.entries(s.weights).map(([id, w]) => `${id} ${num(w.old, 4)} → ${num(w.new, 4)}`);
+    const views = s.count > 1 ? `${s.first_view}–${s.view} (${s.count} plans)` : `${s.view}`;
+    return `<tr data-changed="${s.changed}"><td>${clock(s.at)}</td><td class="num">${esc(views)}</td>` +
+      `<td>${clock(s.loads_at)}</td><td>${num(s.max_over_mean_before)} → ${num(s.max_over_mean_after)}</td>` +
+      `<td class="num">${s.moved} of ${s.partitions}</td><td>${esc(changes.join(", ") || "none")}</td>` +
+      `<td>${esc(s.own)}</td><td>${esc(s.reason)}</td></tr>`;
+  }).join("") || `<tr><td colspan="8">no plan yet: the first comes once a stable view commits figures</td></tr>`;
+}
+
 // ----- events ---------------------------------------------------------------------------------
 function addEvent(event) {
   const li = document.createElement("li");
@@ -272,6 +315,7 @@ function addEvent(event) {
   if (MEMBER_KINDS.has(event.kind)) applyMemberEvent(event);
   if (event.kind === "placement") {
     loadMap().catch(report);
+    loadBalancing().catch(report);
     clearTimeout(state.agreementTimer);
     state.agreementTimer = setTimeout(() => loadAgreement().catch(report), AGREEMENT_AFTER_CHANGE_MS);
   }
@@ -332,6 +376,7 @@ async function main() {
   every(MEMBERS_EVERY_MS, loadMembers);
   every(OWNERSHIP_EVERY_MS, loadOwnership);
   every(AGREEMENT_EVERY_MS, loadAgreement);
+  every(BALANCING_EVERY_MS, loadBalancing);
   every(5000, loadMap);  // placement events trigger it too; this catches a missed one
   follow();
   setInterval(() => renderMembers(true), 5000);  // "last change" ages
