@@ -90,6 +90,8 @@ def test_a_witness_restarted_on_its_state_votes_at_once_and_a_worker_crash_is_ta
         poll(lambda: _ownership(c, "n3")["votes"] is True, 10, "the witness to vote in the stable view")
         # It writes what it promised before it answers: by now, the view it voted for.
         poll(lambda: _record(state).views.view.num == view, 10, f"n3's file to hold stable view {view}")
+        # Rolling lease rounds ask one witness at a time: wait until both workers have asked it.
+        poll(lambda: {"n1", "n2"} <= set(_record(state).reserves), 15, "n3's file to hold both workers' reserves")
 
         c.kill("n3")
         assert c.hosts.procs["n3"].wait(10) == -9
