@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -62,6 +62,16 @@ def _rates(totals, seconds: float) -> dict[str, float]:
 #: The keys of ``_rates``: ``sent_datagrams_s``, ``sent_bytes_s``, ``ownership_sent_datagrams_s``...
 _RATE_KEYS = tuple(name.replace("own_", "ownership_") + ("_s" if name.endswith("bytes") else "_datagrams_s")
                    for name in TRAFFIC_FIELDS)
+
+
+class _TrafficMark(NamedTuple):
+    """The traffic counters at one moment: per-node totals summed, member-seconds so far, and
+    per witness node index its counters and seconds as a witness so far."""
+
+    at: float
+    totals: tuple[int, ...]
+    node_s: float
+    witness: dict[int, tuple[float, ...]]
 
 
 class _Crash:
@@ -115,7 +125,11 @@ class Recorder:
         self.optimal_moves = 0
         self._datagrams0 = 0
         self._bytes0 = 0
-        self._traffic0 = (0,) * len(TRAFFIC_FIELDS)
+        #: Traffic snapshots (``_TrafficMark``): at ``begin``, and those asked for with
+        #: ``mark_traffic`` (taken at the first sample at or after the time asked).
+        self._traffic0: _TrafficMark | None = None
+        self.traffic_marks: dict[str, _TrafficMark] = {}
+        self._marks_due: list[tuple[float, str]] = []
         # Witness traffic: the witnesses of the stable view at each sample, with their counters
         # then; per witness node index, its traffic while it was one and for how long.
         self._witness_snap: list[tuple[Any, tuple[int, ...]]] = []
@@ -137,7 +151,7 @@ class Recorder:
         self.t0 = self.sim.now
         self._datagrams0 = self.sim.datagrams
         self._bytes0 = self.sim.datagram_bytes
-        self._traffic0 = self._traffic_totals()
+        self._traffic0 = self._traffic_mark()
         self._sample()
 
     def action(self, kind: str, node_ids: list[str], membership_change: bool = True) -> None:
@@ -262,6 +276,9 @@ class Recorder:
             self.orphan_ps += orphan * self.dt
             self.node_seconds += len(up) * self.dt
         self._witness_step(up, first)
+        if self._marks_due and self._marks_due[0][0] <= now:
+            while self._marks_due and self._marks_due[0][0] <= now:
+                self.traffic_marks[self._marks_due.pop(0)[1]] = self._traffic_mark()
         single = counts == 1
         changed = single & (owner != self.last_owner) & (self.last_owner >= 0)
         n_changed = int(changed.sum())
@@ -336,26 +353,43 @@ class Recorder:
         self._witness_snap = [(nodes[w], _counters(nodes[w])) for w in witnesses_now(up)
                               if w in nodes and nodes[w].up]
 
-    def _traffic(self) -> dict[str, Any]:
+    def _traffic_mark(self) -> _TrafficMark:
+        acc = {i: tuple(a) for i, a in self._witness_acc.items()}
+        return _TrafficMark(self.sim.now, self._traffic_totals(), self.node_seconds, acc)
+
+    def mark_traffic(self, name: str, at: float) -> None:
+        """Snapshot the traffic counters at the first sample at or after simulated time ``at``
+        (absolute), for ``traffic(since=name)`` or ``traffic(until=name)``: a window of a run
+        (the quiet part after the bootstrap's gossip has drained, say)."""
+        self._marks_due.append((at, name))
+        self._marks_due.sort()
+
+    def traffic(self, since: str | None = None, until: str | None = None) -> dict[str, Any]:
         """Traffic per member and per witness (``traffic`` in docs/simulations.md): datagrams and
-        bytes a second, sent and received, all and the ownership datagrams among them."""
+        bytes a second, sent and received, all and the ownership datagrams among them; from
+        ``begin`` (or the mark ``since``) to now (or the mark ``until``)."""
+        assert self._traffic0 is not None, "measuring has not begun"
+        a = self._traffic0 if since is None else self.traffic_marks[since]
+        b = self._traffic_mark() if until is None else self.traffic_marks[until]
         width = len(TRAFFIC_FIELDS)
-        members = [b - a for a, b in zip(self._traffic0, self._traffic_totals())]
-        node_s = self.node_seconds
-        out: dict[str, Any] = {"member_s": round(node_s, 3), "member": _rates(members, node_s)}
-        acc = self._witness_acc
+        members = [y - x for x, y in zip(a.totals, b.totals)]
+        node_s = b.node_s - a.node_s
+        out: dict[str, Any] = {"window_s": round(b.at - a.at, 3), "member_s": round(node_s, 3),
+                               "member": _rates(members, node_s)}
+        zero = (0.0,) * (width + 1)
+        acc = {i: [y - x for x, y in zip(a.witness.get(i, zero), w)] for i, w in b.witness.items()}
+        acc = {i: v for i, v in acc.items() if v[width] > 0}
         if not acc:
             return out
-        witness = [sum(a[i] for a in acc.values()) for i in range(width)]
-        witness_s = sum(a[width] for a in acc.values())
-        rates = _rates(witness, witness_s)
+        witness = [sum(v[i] for v in acc.values()) for i in range(width)]
+        witness_s = sum(v[width] for v in acc.values())
         # The busiest witness (by datagrams received) among those that were one for a tenth of
         # the witness-seconds or more (a witness for one interval says little).
-        long_enough = [a for a in acc.values() if a[width] >= 0.1 * witness_s] or list(acc.values())
-        busiest = max(long_enough, key=lambda a: a[4] / a[width])
+        long_enough = [v for v in acc.values() if v[width] >= 0.1 * witness_s] or list(acc.values())
+        busiest = max(long_enough, key=lambda v: v[4] / v[width])
         out.update({
             "witness_s": round(witness_s, 3), "witness_nodes": len(acc),
-            "witness": rates,
+            "witness": _rates(witness, witness_s),
             "busiest_witness": _rates(busiest[:width], busiest[width]),
             "non_witness": _rates([m - w for m, w in zip(members, witness)], node_s - witness_s),
         })
@@ -435,7 +469,7 @@ class Recorder:
             "datagrams_per_member_s": round(datagrams / node_s, 3),
             "bytes_per_member_s": round(bytes_ / node_s, 1),
             "max_datagram_bytes": sim.max_datagram,
-            "traffic": self._traffic(),
+            "traffic": self.traffic(),
             "events": events,
             "series": self.series,
             **{k: v for report in self.reporters for k, v in report().items()},

@@ -14,8 +14,13 @@ from simulations.scenarios import run_scenario
 
 def _run(system: str, **kw):
     seen = {}
+
+    def before(cluster) -> None:
+        seen["cluster"] = cluster
+        cluster.metrics.mark_traffic("half", cluster.sim.now + 10.0)
+
     r = run_scenario("crash-one", nodes=16, duration_s=20, seed=3, system=system, partitions=256,
-                     before_run=lambda cluster: seen.setdefault("cluster", cluster), **kw)
+                     before_run=before, **kw)
     return r, seen["cluster"]
 
 
@@ -58,6 +63,16 @@ def test_witness_traffic_adds_up_and_exceeds_the_member_average() -> None:
     gossip = [g["received_datagrams_s"] - g["ownership_received_datagrams_s"] for g in (witness, other)]
     assert gossip[0] == pytest.approx(gossip[1], rel=0.25)
     assert t["busiest_witness"]["received_datagrams_s"] >= witness["received_datagrams_s"]
+    # A window's figures (``mark_traffic``): the two halves make up the whole.
+    rec = cluster.metrics
+    halves = rec.traffic(until="half"), rec.traffic(since="half")
+    assert [h["window_s"] for h in halves] == [10.0, 10.0]
+    for group, seconds in (("member", "member_s"), ("witness", "witness_s"), ("non_witness", None)):
+        def total(tr, key, group=group, seconds=seconds):
+            s = tr[seconds] if seconds else tr["member_s"] - tr["witness_s"]
+            return tr[group][key] * s
+        for key in member:
+            assert total(halves[0], key) + total(halves[1], key) == pytest.approx(total(t, key), rel=1e-3, abs=1.0)
     assert set(member) == {f.replace("own_", "ownership_") + ("_s" if f.endswith("bytes") else "_datagrams_s")
                            for f in TRAFFIC_FIELDS}
 
