@@ -40,7 +40,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["InvariantViolation", "LinkModel", "Network", "Simulation"]
+__all__ = ["InvariantViolation", "LinkModel", "Network", "Simulation", "OWNERSHIP_FIRST_BYTE", "TRAFFIC_FIELDS"]
+
+#: The first byte of an ownership datagram (``ownership.wire.MAGIC``: ``0xc1``, never used in
+#: msgpack; membership datagrams start with ``b"SW"``). The engine counts those apart from the
+#: gossip without importing the ownership package; a test checks the two agree.
+OWNERSHIP_FIRST_BYTE = 0xC1
+
+#: Per-node traffic counters (attributes of every node model, ``simulations.nodes.Node``), kept
+#: by ``Simulation.send`` (sent: every datagram a process puts on the wire, also to an address
+#: nobody listens at) and ``Simulation._deliver`` (received: every datagram that reaches a
+#: running process, before a stall delays its handling). ``own_*``: the ownership datagrams
+#: among them (``OWNERSHIP_FIRST_BYTE``); gossip is the difference.
+TRAFFIC_FIELDS = ("sent", "sent_bytes", "own_sent", "own_sent_bytes",
+                  "received", "received_bytes", "own_received", "own_received_bytes")
 
 
 class InvariantViolation(AssertionError):
@@ -209,6 +222,11 @@ class Simulation:
         size = len(data)
         self.datagrams += 1
         self.datagram_bytes += size
+        src.sent += 1
+        src.sent_bytes += size
+        if data[0] == OWNERSHIP_FIRST_BYTE:
+            src.own_sent += 1
+            src.own_sent_bytes += size
         if size > self.max_datagram:
             self.max_datagram = size
             if size > self.mtu_bytes:
@@ -235,6 +253,11 @@ class Simulation:
     def _deliver(self, dst: Any, data: bytes, src_addr: tuple[str, int]) -> None:
         if not dst.up:
             return
+        dst.received += 1
+        dst.received_bytes += len(data)
+        if data[0] == OWNERSHIP_FIRST_BYTE:
+            dst.own_received += 1
+            dst.own_received_bytes += len(data)
         if self.now < dst.stalled_until or dst.pending_lag_s:
             self._run_in_process(dst, dst.proc, dst.receive, (data, src_addr))
             return

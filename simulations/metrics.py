@@ -21,17 +21,57 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from membership import MemberEvent
 from ownership import Acquired, Ended, Release
 
+from .engine import TRAFFIC_FIELDS
 from .intervals import OwnershipLog
 from .stats import percentiles
 
-__all__ = ["Recorder"]
+__all__ = ["Recorder", "witnesses_now"]
+
+#: A node's traffic counters, in the order of ``TRAFFIC_FIELDS``.
+_counters = operator.attrgetter(*TRAFFIC_FIELDS)
+
+
+def witnesses_now(nodes) -> tuple[str, ...]:
+    """Exclusive ownership: the witnesses of the stable view that the most of ``nodes`` (running
+    processes) hold (``()``: no node runs the ownership rules). Read from each node's rules
+    (``Lease.witnesses``: ``ownership.views.witnesses_of`` of its stable view), as the settling
+    check reads their stable view; nothing about how leases are renewed."""
+    held: dict[tuple[str, ...], int] = {}
+    for n in nodes:
+        own = getattr(n, "own", None)
+        if own is not None:
+            w = own.lease.witnesses
+            held[w] = held.get(w, 0) + 1
+    return max(held, key=held.__getitem__) if held else ()
+
+
+def _rates(totals, seconds: float) -> dict[str, float]:
+    """Per second of ``seconds`` (member-seconds or witness-seconds), by ``TRAFFIC_FIELDS``:
+    datagrams to 3 decimals, bytes to 1."""
+    s = seconds or 1.0
+    return {key: round(v / s, 1 if key.endswith("bytes_s") else 3) for key, v in zip(_RATE_KEYS, totals)}
+
+
+#: The keys of ``_rates``: ``sent_datagrams_s``, ``sent_bytes_s``, ``ownership_sent_datagrams_s``...
+_RATE_KEYS = tuple(name.replace("own_", "ownership_") + ("_s" if name.endswith("bytes") else "_datagrams_s")
+                   for name in TRAFFIC_FIELDS)
+
+
+class _TrafficMark(NamedTuple):
+    """The traffic counters at one moment: per-node totals summed, member-seconds so far, and
+    per witness node index its counters and seconds as a witness so far."""
+
+    at: float
+    totals: tuple[int, ...]
+    node_s: float
+    witness: dict[int, tuple[float, ...]]
 
 
 class _Crash:
@@ -85,6 +125,15 @@ class Recorder:
         self.optimal_moves = 0
         self._datagrams0 = 0
         self._bytes0 = 0
+        #: Traffic snapshots (``_TrafficMark``): at ``begin``, and those asked for with
+        #: ``mark_traffic`` (taken at the first sample at or after the time asked).
+        self._traffic0: _TrafficMark | None = None
+        self.traffic_marks: dict[str, _TrafficMark] = {}
+        self._marks_due: list[tuple[float, str]] = []
+        # Witness traffic: the witnesses of the stable view at each sample, with their counters
+        # then; per witness node index, its traffic while it was one and for how long.
+        self._witness_snap: list[tuple[Any, tuple[int, ...]]] = []
+        self._witness_acc: dict[int, list[float]] = {}
         self.ownership_log = OwnershipLog()
         # Exclusive ownership: (node, partition) being released -> the release's reason, and per
         # node the partitions it dropped while measuring: ended without a handoff (lease lost or
@@ -102,6 +151,7 @@ class Recorder:
         self.t0 = self.sim.now
         self._datagrams0 = self.sim.datagrams
         self._bytes0 = self.sim.datagram_bytes
+        self._traffic0 = self._traffic_mark()
         self._sample()
 
     def action(self, kind: str, node_ids: list[str], membership_change: bool = True) -> None:
@@ -225,6 +275,10 @@ class Recorder:
             self.dual_ps += dual * self.dt
             self.orphan_ps += orphan * self.dt
             self.node_seconds += len(up) * self.dt
+        self._witness_step(up, first)
+        if self._marks_due and self._marks_due[0][0] <= now:
+            while self._marks_due and self._marks_due[0][0] <= now:
+                self.traffic_marks[self._marks_due.pop(0)[1]] = self._traffic_mark()
         single = counts == 1
         changed = single & (owner != self.last_owner) & (self.last_owner >= 0)
         n_changed = int(changed.sum())
@@ -268,6 +322,78 @@ class Recorder:
             if rec.first_dead is not None:
                 self._check_everywhere(rec)
         self.sim.at(now + self.dt, self._sample)
+
+    # ------------------------------------------------------------------ traffic
+
+    def _traffic_totals(self) -> tuple[int, ...]:
+        """The engine's per-node counters summed over every node (each id over all its
+        processes); the ``sent`` total is the engine's ``datagrams``."""
+        sums = [0] * len(TRAFFIC_FIELDS)
+        for n in self.cluster.nodes.values():
+            for i, v in enumerate(_counters(n)):
+                sums[i] += v
+        return tuple(sums)
+
+    def _witness_step(self, up: list, first: bool) -> None:
+        """Charge the last ``dt`` of traffic of the witnesses chosen at the previous sample to
+        them (a witness counts for the whole interval when it ran at its start), then choose
+        the witnesses for the next interval: those of the stable view most running processes
+        hold. O(running processes) per sample, nothing per datagram."""
+        if not first:
+            acc = self._witness_acc
+            width = len(TRAFFIC_FIELDS)
+            for node, before in self._witness_snap:
+                a = acc.get(node.index)
+                if a is None:
+                    a = acc[node.index] = [0.0] * (width + 1)
+                for i, v in enumerate(_counters(node)):
+                    a[i] += v - before[i]
+                a[width] += self.dt
+        nodes = self.cluster.nodes
+        self._witness_snap = [(nodes[w], _counters(nodes[w])) for w in witnesses_now(up)
+                              if w in nodes and nodes[w].up]
+
+    def _traffic_mark(self) -> _TrafficMark:
+        acc = {i: tuple(a) for i, a in self._witness_acc.items()}
+        return _TrafficMark(self.sim.now, self._traffic_totals(), self.node_seconds, acc)
+
+    def mark_traffic(self, name: str, at: float) -> None:
+        """Snapshot the traffic counters at the first sample at or after simulated time ``at``
+        (absolute), for ``traffic(since=name)`` or ``traffic(until=name)``: a window of a run
+        (the quiet part after the bootstrap's gossip has drained, say)."""
+        self._marks_due.append((at, name))
+        self._marks_due.sort()
+
+    def traffic(self, since: str | None = None, until: str | None = None) -> dict[str, Any]:
+        """Traffic per member and per witness (``traffic`` in docs/simulations.md): datagrams and
+        bytes a second, sent and received, all and the ownership datagrams among them; from
+        ``begin`` (or the mark ``since``) to now (or the mark ``until``)."""
+        assert self._traffic0 is not None, "measuring has not begun"
+        a = self._traffic0 if since is None else self.traffic_marks[since]
+        b = self._traffic_mark() if until is None else self.traffic_marks[until]
+        width = len(TRAFFIC_FIELDS)
+        members = [y - x for x, y in zip(a.totals, b.totals)]
+        node_s = b.node_s - a.node_s
+        out: dict[str, Any] = {"window_s": round(b.at - a.at, 3), "member_s": round(node_s, 3),
+                               "member": _rates(members, node_s)}
+        zero = (0.0,) * (width + 1)
+        acc = {i: [y - x for x, y in zip(a.witness.get(i, zero), w)] for i, w in b.witness.items()}
+        acc = {i: v for i, v in acc.items() if v[width] > 0}
+        if not acc:
+            return out
+        witness = [sum(v[i] for v in acc.values()) for i in range(width)]
+        witness_s = sum(v[width] for v in acc.values())
+        # The busiest witness (by datagrams received) among those that were one for a tenth of
+        # the witness-seconds or more (a witness for one interval says little).
+        long_enough = [v for v in acc.values() if v[width] >= 0.1 * witness_s] or list(acc.values())
+        busiest = max(long_enough, key=lambda v: v[4] / v[width])
+        out.update({
+            "witness_s": round(witness_s, 3), "witness_nodes": len(acc),
+            "witness": _rates(witness, witness_s),
+            "busiest_witness": _rates(busiest[:width], busiest[width]),
+            "non_witness": _rates([m - w for m, w in zip(members, witness)], node_s - witness_s),
+        })
+        return out
 
     def _converged(self, members) -> bool | None:
         if not members or not members[0].has_view:
@@ -343,6 +469,7 @@ class Recorder:
             "datagrams_per_member_s": round(datagrams / node_s, 3),
             "bytes_per_member_s": round(bytes_ / node_s, 1),
             "max_datagram_bytes": sim.max_datagram,
+            "traffic": self.traffic(),
             "events": events,
             "series": self.series,
             **{k: v for report in self.reporters for k, v in report().items()},

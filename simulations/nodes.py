@@ -87,6 +87,10 @@ class Node:
         self.lag_s = 0.0
         self.started_at = 0.0
         self.view: dict[str, float] = {}  # membership view (models that have one)
+        # Traffic of this node id over all its processes (``simulations.engine.TRAFFIC_FIELDS``,
+        # kept by the engine).
+        self.sent = self.sent_bytes = self.own_sent = self.own_sent_bytes = 0
+        self.received = self.received_bytes = self.own_received = self.own_received_bytes = 0
 
     def start(self) -> None:
         self.proc += 1
