@@ -1283,6 +1283,11 @@ class Ownership:
             self.counters.notes_stale += 1
             return
         self._consumed.add(key)
+        # A right this member kept silently (it dropped p without a note: ``_to_pass``) is
+        # superseded: this note is at least as recent as anything it knew of p. Kept, it would
+        # be passed on as a second note beside this one once forwarded (fuzz seed 42, default
+        # schedules, with rolling lease rounds: to_pass -> held).
+        self._to_pass.pop(p, None)
         self._owned_this_generation = True  # a note held is ownership under this lease
         self.known_epoch[p] = max(self.known_epoch.get(p, 0), note.epoch)
         self.epoch_clock = max(self.epoch_clock, note.epoch)

@@ -72,6 +72,9 @@ TRANSITIONS: Mapping[tuple[PartitionState, PartitionState], str] = {
         "a note for a partition this member passed on earlier, or its own note refused by a leaving member (rule "
         "3)",
     (_S.TO_PASS, _S.WAITING): "led by this member again before its note went out: its own to take back (rule 5)",
+    (_S.TO_PASS, _S.HELD):
+        "a note arrives for a partition this member dropped silently: the note's right replaces the silent one "
+        "(rule 3; fuzz seed 42)",
     # Giving it up.
     (_S.OWNED, _S.RELEASING): "the stable view moved it, this member leaves, or its lease is in doubt (rules 1, 3)",
     (_S.OWNED, _S.WAITING):
