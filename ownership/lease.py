@@ -109,6 +109,17 @@ VIEW_EPOCHS = 1 << 32
 MAX_FIRST_VIEW = (1 << 62) // VIEW_EPOCHS - (1 << 26) - 1
 
 
+def quorum_best(values: Mapping[str, float], witnesses: tuple[str, ...]) -> tuple[float, frozenset[str]] | None:
+    """The largest value v such that the witnesses whose value is v or more form a quorum, and
+    that quorum (None: the witnesses with a value hold no quorum). For grants' send times, the
+    time a lease runs from; for granted reserves, the reserve a quorum confirmed."""
+    order = sorted(((v, w) for w, v in values.items() if w in witnesses), reverse=True)
+    for i in range(len(order)):
+        if is_quorum((w for _, w in order[: i + 1]), witnesses):
+            return order[i][0], frozenset(w for _, w in order[: i + 1])
+    return None
+
+
 def view_epoch(num: int) -> int:
     """The floor of the fencing epochs created under stable view ``num`` (rule 8)."""
     return num * VIEW_EPOCHS
@@ -559,14 +570,9 @@ class QuorumLease:
             if self.valid(now) and self.lease_num == self.num - 1:
                 return self._smallest_quorum(missed, granted=False), False
             return (), False
-        me = self.me.encode()
-
-        def spread(w: str) -> int:  # members spread over the witnesses, not all on the first ones
-            return zlib.crc32(me + b"/" + w.encode())
-
         if self.valid_until - now >= self.rolling_margin_s:
             pick = min((w for w in witnesses if w != self.me),
-                       key=lambda w: (w in missed, self._grants.get(w, -math.inf), spread(w), w))
+                       key=lambda w: (w in missed, self._grants.get(w, -math.inf), self._spread(w), w))
             return ((self.me, pick) if self.me in witnesses else (pick,)), True
         return self._smallest_quorum(missed), False
 
@@ -577,9 +583,8 @@ class QuorumLease:
         hash of (member, witness), so members spread over the witnesses. ``()`` when they hold
         no quorum (then every witness is asked)."""
         witnesses = self.witnesses
-        me = self.me.encode()
         order = sorted((w for w in witnesses if (w in self._grants or not granted) and w not in missed),
-                       key=lambda w: (w != self.me, zlib.crc32(me + b"/" + w.encode()), w))
+                       key=lambda w: (w != self.me, self._spread(w), w))
         for i in range(1, len(order) + 1):
             if is_quorum(order[:i], witnesses):
                 return tuple(order[:i])
@@ -588,12 +593,11 @@ class QuorumLease:
     def _quorum_since(self) -> tuple[float, frozenset[str]] | None:
         """The latest send time T such that the witnesses whose latest grant (this generation,
         this view) was sent at T or later form a quorum, and that quorum; None: no quorum."""
-        witnesses = self.witnesses
-        order = sorted(((t, w) for w, t in self._grants.items() if w in witnesses), reverse=True)
-        for i in range(len(order)):
-            if is_quorum((w for _, w in order[: i + 1]), witnesses):
-                return order[i][0], frozenset(w for _, w in order[: i + 1])
-        return None
+        return quorum_best(self._grants, self.witnesses)
+
+    def _spread(self, w: str) -> int:
+        """Members spread over the witnesses (a hash of member and witness), not all on the first."""
+        return zlib.crc32(self.me.encode() + b"/" + w.encode())
 
     def _narrow(self) -> bool:
         """The current round asked only some of the witnesses."""
@@ -672,11 +676,9 @@ class QuorumLease:
         # A witness remembers the highest reserve it granted us, so the reserves a quorum
         # granted (one witness each, any rounds) bound what a condemnation quorum learns.
         self._grant_reserves[src] = max(self._grant_reserves.get(src, 0), reserve)
-        order = sorted(((v, w) for w, v in self._grant_reserves.items() if w in self.witnesses), reverse=True)
-        for i in range(len(order)):
-            if is_quorum((w for _, w in order[: i + 1]), self.witnesses):
-                self.confirmed_reserve = max(self.confirmed_reserve, order[i][0])
-                break
+        confirmed = quorum_best(self._grant_reserves, self.witnesses)
+        if confirmed is not None:
+            self.confirmed_reserve = max(self.confirmed_reserve, int(confirmed[0]))
         if gen != self.generation:
             return
         self._grants[src] = max(sent, self._grants.get(src, -math.inf))
