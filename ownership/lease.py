@@ -557,33 +557,28 @@ class QuorumLease:
         ``resend_s``/2, or any refusal - a condemnation, a successor view pending, a witness
         behind - so what one witness refuses for, the others are asked about at once."""
         witnesses = self.witnesses
-        if self._urgent or not witnesses:
+        if self._urgent or not witnesses or self._quorum_since() is None:
+            # (The first round of a view or generation asks every witness. Asking a smallest
+            # quorum after a step saved 0.3 datagrams/member-s in an N=256 crash-many run, but
+            # left 91 partitions unowned for good in fuzz --wide --rejoin-file --durable-state
+            # seed 620; not understood yet, so not done.)
             return (), False
         if self.me in witnesses and is_quorum((self.me,), witnesses):
             return (self.me,), False  # this member's own grant is a quorum (two members)
         missed = self._silent | self._awaiting
-        if self._quorum_since() is None:
-            # The first round of a view: after a step, while the lease of the view before still
-            # runs, a smallest quorum (widened at ``resend_s``/2 if one does not answer) - at
-            # every death each member asked all five (issue 34: 4 of a member's datagrams per
-            # view change at N=256); otherwise, with nothing to lose, every witness.
-            if self.valid(now) and self.lease_num == self.num - 1:
-                return self._smallest_quorum(missed, granted=False), False
-            return (), False
         if self.valid_until - now >= self.rolling_margin_s:
             pick = min((w for w in witnesses if w != self.me),
                        key=lambda w: (w in missed, self._grants.get(w, -math.inf), self._spread(w), w))
             return ((self.me, pick) if self.me in witnesses else (pick,)), True
         return self._smallest_quorum(missed), False
 
-    def _smallest_quorum(self, missed: set[str], *, granted: bool = True) -> tuple[str, ...]:
-        """A smallest quorum of the witnesses that granted under this view and generation
-        (``granted``; otherwise of all of them) and answered their last request (not in
-        ``missed``): this member first if it is a witness (no datagram), then the others by a
-        hash of (member, witness), so members spread over the witnesses. ``()`` when they hold
-        no quorum (then every witness is asked)."""
+    def _smallest_quorum(self, missed: set[str]) -> tuple[str, ...]:
+        """A smallest quorum of the witnesses that granted under this view and generation and
+        answered their last request (not in ``missed``): this member first if it is a witness
+        (no datagram), then the others by a hash of (member, witness), so members spread over
+        the witnesses. ``()`` when they hold no quorum (then every witness is asked)."""
         witnesses = self.witnesses
-        order = sorted((w for w in witnesses if (w in self._grants or not granted) and w not in missed),
+        order = sorted((w for w in witnesses if w in self._grants and w not in missed),
                        key=lambda w: (w != self.me, self._spread(w), w))
         for i in range(1, len(order) + 1):
             if is_quorum(order[:i], witnesses):
