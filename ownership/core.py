@@ -791,10 +791,8 @@ class Ownership:
         under it), weighted as last seen. Not the local view: local views differ while changes
         spread, and a member that takes over from a holder it believes gone must agree with
         everyone else on where that holder's notes went (module docstring, rule 2)."""
-        view = self.lease.weights
-        if without_me:
-            view.pop(self.me, None)
-        return {m: w for m, w in view.items() if w > 0}
+        gone = self.me if without_me else None
+        return {m: w for m, w in self.lease.weights.items() if w > 0 and m != gone}
 
     def _retable(self, now: float) -> None:
         c = self.config

@@ -364,8 +364,8 @@ class QuorumLease:
         return self.views.view.members
 
     @property
-    def weights(self) -> dict[str, float]:
-        return self.views.view.weighted()
+    def weights(self) -> Mapping[str, float]:
+        return self.views.view.by_member
 
     @property
     def num(self) -> int:
