@@ -302,6 +302,7 @@ NOT_RUN: dict[str, str] = {
     "python benchmarks/bench_sim.py --speed --nodes 256 --speed-s 120 --repeat 2 --check-cores": _BENCH,
     "python benchmarks/bench_sim.py --only crash --only split": _BENCH,
     "python benchmarks/bench_sim.py --large": _BENCH,
+    "python benchmarks/bench_scale.py --nodes 256 512 1024": _BENCH + " (N=1,024 alone: half an hour and more)",
     "python benchmarks/bench_hosts.py --nodes 3 --witness --kills 6 --footprint 60 --out witness-kills.jsonl":
         "a benchmark of minutes with real processes; its figures are in docs/ownership.md (tests/"
         "test_witness_processes.py runs the same cluster and kill, smaller)",
