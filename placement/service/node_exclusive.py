@@ -104,6 +104,12 @@ class ExclusiveOwnership:
     def paused(self) -> str | None:
         own = self.runner.own
         reason = own.fenced_reason
+        stable = own.lease.stable
+        if reason is None and stable and own.me not in stable:
+            # A joiner can hold a lease under the view it was taught before its witnesses admit
+            # it: it owns nothing there, so it is not ready (a load balancer would route to it).
+            reason = (f"not yet a member of the stable view ({len(stable)} members): waiting for its "
+                      "witnesses to admit this member")
         if reason is not None and self._seeds and not self._config.join and not own.lease.stable:
             assert self._members_file is not None
             reason += (f"; rejoining cluster {self._config.cluster!r} through the members this node last knew in it "
