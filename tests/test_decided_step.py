@@ -110,3 +110,44 @@ def test_a_member_holding_another_view_ignores_a_step_and_counts_it() -> None:
     n.receive("a", Decided.of(base), 1.0)
     n.receive("a", step, 1.0)
     assert n.view.num == 5 and n.steps_missed == 1
+
+
+def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -> None:
+    """An older version skips ``DecidedStep`` (an unknown kind, counted): in a rolling upgrade
+    its members learn each new view from the witnesses' answers to their next lease request,
+    as after a lost ``Decided``, within a renewal."""
+    from ownership.lease import QuorumLease
+
+    members = [f"m{i}" for i in range(7)]
+    nodes = {m: QuorumLease(m, witnesses=5, lease_s=5.5, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
+                            fence_s=1.0) for m in members}
+    for q in nodes.values():
+        q.set_stable(members, 0.0)
+    old = next(m for m in members if m not in nodes[members[0]].witnesses)
+    dropped = []
+
+    def pump(now: float) -> None:
+        for q in nodes.values():
+            q.tick(now)
+        for _ in range(8):
+            for m, q in nodes.items():
+                for dst, msg in q.messages():
+                    if dst == old and isinstance(msg, DecidedStep):
+                        dropped.append(msg)
+                    else:
+                        nodes[dst].receive(m, msg, now)
+
+    t = 0.0
+    while t < 3.0:
+        pump(t)
+        t += 0.25
+    proposer = nodes[members[0]]
+    proposer.propose(dict.fromkeys(members[:-1] if members[-1] != old else members[1:], 1.0), t, 0)
+    pump(t)
+    assert dropped and all(q.num == 2 for m, q in nodes.items() if m != old and m in q.stable)
+    assert nodes[old].num == 1
+    learned_by = t + 1.0 + 0.25  # its next round, within a renewal
+    while nodes[old].num == 1 and t < learned_by:
+        t += 0.25
+        pump(t)
+    assert nodes[old].num == 2, t
