@@ -78,7 +78,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "DecidedStep", "ViewMessage", "StableViews",
+__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "DecidedStep",
+           "ViewMessage", "StableViews",
            "view_checksum", "witnesses_of", "is_quorum"]
 
 

@@ -45,7 +45,9 @@ def test_a_step_rebuilds_exactly_its_view_and_survives_the_wire(pair: tuple[View
         return
     assert step.apply(base) == v
     (datagram,) = encode_many("n1", [step], cluster="c")
-    _, (back,) = decode_many(datagram, cluster="c", reassembler=Reassembler())
+    decoded = decode_many(datagram, cluster="c", reassembler=Reassembler())
+    assert decoded is not None
+    _, (back,) = decoded
     assert back == step and back.apply(base) == v
     # Not from any other view: one numbered differently, or the same number with other contents.
     assert step.apply(v) is None
