@@ -80,8 +80,8 @@ def test_levels_are_a_log_scale_and_quantising_keeps_rates_within_its_half_step(
 
 
 def test_skewed_clusters_get_below_1_2_in_two_steps_within_9_percent_each_then_stay_put():
-    """Ten draws at N=16, P=1,024: every one >= 1.28 static; after two steps 9 of 10 at or below
-    1.2 and every one below 1.25 (the polish is a local search: ``_polish``)."""
+    """Ten draws at N=16, P=1,024: every one >= 1.28 static; after two steps every one at or
+    below 1.2 (measured 1.04-1.10; before the polish's two-member chains 9 of 10, one at 1.21)."""
     config = TableConfig(1024)
     after = []
     for seed in range(1, 11):
@@ -95,7 +95,7 @@ def test_skewed_clusters_get_below_1_2_in_two_steps_within_9_percent_each_then_s
         after.append(_ratio(weights, rates, config))
         third = plan(weights, LoadReport.of(rates), config)
         assert not third.changed or third.ratio_after <= third.ratio_before - 0.02
-    assert sum(r <= 1.2 for r in after) >= 9 and max(after) < 1.25
+    assert max(after) <= 1.2
 
 
 def test_no_plan_under_the_trigger_and_weight_0_members_stay_out():
