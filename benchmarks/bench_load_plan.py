@@ -45,6 +45,8 @@ FIRST_S, PERIOD_S, PLAN_AFTER_S, SETTLE_S, SAMPLE_S = 30, 300, 10, 60, 30
 class _Exact(LoadReport):
     """A report whose levels are the true rates (1e-9 resolution): quantisation taken out."""
 
+    _levels: np.ndarray  # (not a dataclass field: this subclass is no dataclass)
+
     def __init__(self, rates: np.ndarray) -> None:
         super().__init__(LoadReport.of(rates).codes)
         object.__setattr__(self, "_levels", np.rint(rates / rates.max() * 1e9).astype(np.int64))
@@ -60,7 +62,7 @@ def ratio(table: PlacementTable, rates: np.ndarray) -> float:
 
 
 def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: float = 700.0,
-           rebalance: RebalanceConfig = RebalanceConfig(), refill: Fraction | None = None) -> dict[str, float]:
+           rebalance: RebalanceConfig | None = None, refill: Fraction | None = None) -> dict[str, float]:
     config = TableConfig(partitions)
     model = LoadModel(partitions, seed)
     frozen = model.rates(FIRST_S).copy() if "nodrift" in variant else None
@@ -84,7 +86,7 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             figures = rates(at).copy()
             report = _Exact(figures) if variant.startswith("exact") else LoadReport.of(figures)
             budget = budget.refilled(at)
-            p = plan(weights, report, config, rebalance, allowance=budget.tokens)
+            p = plan(weights, report, config, rebalance or RebalanceConfig(), allowance=budget.tokens)
             budget = budget.spent(p.moved, partitions)
             weights = p.weights
             table = PlacementTable.from_config(config, weights)
