@@ -208,20 +208,25 @@ class _Evaluator:
         self.levels = levels
         self.caps = caps
         self.cap_total = sum(caps.values())
+        self.equal_caps = len(set(caps.values())) == 1  # then load alone orders members (no Fractions)
         self.total = int(levels.sum())
         self.base: PlacementTable | None = None  # the view's table: the first one evaluated
         self.cache: dict[tuple[tuple[str, int], ...], _Scored] = {}
 
-    def __call__(self, units: dict[str, int]) -> _Scored:
-        """(table, member loads, max/mean, partitions moved from the view's table)."""
+    def __call__(self, units: dict[str, int], parent: dict[str, int] | None = None) -> _Scored:
+        """(table, member loads, max/mean, partitions moved from the view's table). ``parent``:
+        an evaluated candidate close to ``units`` (a weight or two apart), to build from."""
         key = tuple(sorted(units.items()))
         hit = self.cache.get(key)
         if hit is None:
             weights = {m: u / WEIGHT_SCALE for m, u in key}
-            # Incremental from the view's table (equal to a full build, ``with_members``): a
-            # candidate that changes a few weights costs O(P) instead of O(P N).
+            # Incremental from the parent's table or the view's (equal to a full build,
+            # ``with_members``): a candidate that changes a few weights costs O(P) instead of
+            # O(P N); a candidate far from the view's (the polish's, after the search) is near
+            # its parent (N=64, P=4,096: a plan's second step 3-6.6 s -> see the notebook).
+            near = self.cache.get(tuple(sorted(parent.items()))) if parent is not None else None
             table = (PlacementTable.from_config(self.config, weights) if self.base is None
-                     else self.base.with_members(weights))
+                     else (near[0] if near is not None else self.base).with_members(weights))
             loads = member_loads(table, self.levels)
             moved = 0 if self.base is None else len(self.base.moved(table, leaders=True))
             hit = (table, loads, self.ratio(loads), moved)
@@ -230,11 +235,17 @@ class _Evaluator:
                 self.base = table
         return hit
 
+    def share(self, m: str, loads: Mapping[str, int]) -> int | Fraction:
+        """Member ``m``'s load per unit of capacity, or, with equal capacities, its load: either
+        orders the members the same way, the second without a Fraction per member."""
+        return loads.get(m, 0) if self.equal_caps else Fraction(loads.get(m, 0), self.caps[m])
+
     def ratio(self, loads: Mapping[str, int]) -> Fraction:
         """max over members of (load / capacity) / (total load / total capacity)."""
         if not self.total:
             return Fraction(1)
-        return max(Fraction(loads.get(m, 0) * self.cap_total, c * self.total) for m, c in self.caps.items())
+        m = max(self.caps, key=lambda m: self.share(m, loads))
+        return Fraction(loads.get(m, 0) * self.cap_total, self.caps[m] * self.total)
 
 
 def plan(weights: Mapping[str, float], loads: LoadReport, config: TableConfig,
@@ -333,22 +344,22 @@ def _polish(units: dict[str, int], active: list[str], bounds: dict[str, tuple[in
     load-skew's second step: 3-6 % of the 9 % moved, max/mean 1.09-1.17 against the figures;
     docs/benchmarks-log.md, 2026-11-27 (2)). Still a local search."""
     def top(loads: Mapping[str, int]) -> str:
-        return max(active, key=lambda m: (Fraction(loads.get(m, 0), ev.caps[m]), m))
+        return max(active, key=lambda m: (ev.share(m, loads), m))
 
     def bottom(loads: Mapping[str, int]) -> str:
-        return min(active, key=lambda m: (Fraction(loads.get(m, 0), ev.caps[m]), m))
+        return min(active, key=lambda m: (ev.share(m, loads), m))
 
     for _ in range(rounds):
         _, loads, ratio, _ = ev(units)
         hi, lo = top(loads), bottom(loads)
         downs = _steps(units, hi, bounds[hi][0])
-        tries = downs + _steps(units, lo, bounds[lo][1])
+        tries = [(t, units) for t in downs + _steps(units, lo, bounds[lo][1])]  # (candidate, parent)
         for t in downs:
-            _, after, r, moved = ev(t)
+            _, after, r, moved = ev(t, units)
             taker = top(after)
             if moved <= allowed and r >= ratio and taker != hi:
-                tries += _steps(t, taker, bounds[taker][0])
-        scored = [(ev(t)[2], ev(t)[3], sorted(t.items())) for t in tries]
+                tries += [(c, t) for c in _steps(t, taker, bounds[taker][0])]
+        scored = [(ev(t, p)[2], ev(t, p)[3], sorted(t.items())) for t, p in tries]
         fits = [s for s in scored if s[1] <= allowed and s[0] < ratio]
         if not fits:
             break
