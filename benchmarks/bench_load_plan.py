@@ -15,7 +15,10 @@ N=64, P=4,096 it reproduces the simulator's "after step 1 / step 2" figures to t
 - ``quantised``: what the simulator does (figures committed as one byte per partition);
 - ``exact``: the planner given the true rates (integer levels at 1e-9 of the largest rate);
 - ``nodrift``: the rates frozen at t=30 (the planner alone, no hot-set drift);
-- ``exact-nodrift``: both.
+- ``exact-nodrift``: both;
+- ``pinned``: no weights: each round moves single partitions, chosen (``pin_moves``), within the
+  same step budget, move bucket and trigger - what a placement that could move the partitions
+  it chose (Slicer moves key ranges) would do; the weights' placement cannot.
 
 Columns: static max/mean at t=30; after steps 1 and 2 (t=100, t=400); ``known2``: after step 2
 measured with the figures step 2 planned from (what a planner can know: the drift event at
@@ -29,6 +32,7 @@ same samples. ``--refill`` sets the move bucket's refill
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from fractions import Fraction
@@ -55,10 +59,36 @@ class _Exact(LoadReport):
         return self._levels
 
 
-def ratio(table: PlacementTable, rates: np.ndarray) -> float:
-    ids, idx = table.owner_indices()
-    sums = np.bincount(idx[:, 0], weights=rates, minlength=len(ids))
+def leaders(table: PlacementTable) -> np.ndarray:
+    """Each partition's leader, an index into the table's sorted member ids."""
+    return table.owner_indices()[1][:, 0].copy()
+
+
+def ratio(owners: np.ndarray, rates: np.ndarray, nodes: int) -> float:
+    sums = np.bincount(owners, weights=rates, minlength=nodes)
     return float(sums.max() / sums.mean())
+
+
+def pin_moves(owners: np.ndarray, rates: np.ndarray, nodes: int, allowed: int, trigger: float) -> int:
+    """The ``pinned`` variant's step, a bound for what moving *chosen* partitions could do (no
+    weight can): while max/mean is over ``trigger`` and moves are left, move the partition of the
+    most loaded member whose move to the least loaded one lowers the maximum most. Returns the
+    moves made (``owners`` is changed in place)."""
+    moved = 0
+    while moved < allowed:
+        sums = np.bincount(owners, weights=rates, minlength=nodes)
+        if sums.max() <= trigger * sums.mean():
+            break
+        top, bottom = int(sums.argmax()), int(sums.argmin())
+        mine = np.flatnonzero(owners == top)
+        rest = np.delete(sums, [top, bottom]).max(initial=0.0)
+        peak = np.maximum(np.maximum(sums[top] - rates[mine], sums[bottom] + rates[mine]), rest)
+        best = int(peak.argmin())
+        if peak[best] >= sums.max():
+            break
+        owners[mine[best]] = bottom
+        moved += 1
+    return moved
 
 
 def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: float = 700.0,
@@ -71,11 +101,12 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
         return frozen if frozen is not None else model.rates(t)
 
     weights = {f"n{i:03d}": 1.0 for i in range(nodes)}
-    table = static = PlacementTable.from_config(config, weights)
+    owners = static = leaders(PlacementTable.from_config(config, weights))
+    rb = rebalance or RebalanceConfig()
     budget = MoveBudget(at_s=FIRST_S) if refill is None else MoveBudget(rate_per_hour=refill, at_s=FIRST_S)
     rounds = [FIRST_S + k * PERIOD_S for k in range(int((duration_s - FIRST_S) // PERIOD_S) + 1)]
     plans = {r + PLAN_AFTER_S: r for r in rounds}
-    out: dict[str, float] = {"static": ratio(table, rates(FIRST_S))}
+    out: dict[str, float] = {"static": ratio(owners, rates(FIRST_S), nodes)}
     samples, statics, moved_steady = [], [], 0
     # Events in time order; at equal times a plan goes before a sample (as in the simulator, whose
     # sample at t sees partitions that moved before t; plans are at t = 40, 340, ...: no tie).
@@ -86,23 +117,28 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             figures = rates(at).copy()
             report = _Exact(figures) if variant.startswith("exact") else LoadReport.of(figures)
             budget = budget.refilled(at)
-            p = plan(weights, report, config, rebalance or RebalanceConfig(), allowance=budget.tokens)
-            budget = budget.spent(p.moved, partitions)
-            weights = p.weights
-            table = PlacementTable.from_config(config, weights)
+            if variant == "pinned":
+                owners = owners.copy()
+                moved = pin_moves(owners, figures, nodes, min(math.floor(rb.step_budget * partitions),
+                                                              math.floor(budget.tokens * partitions)), rb.trigger)
+            else:
+                p = plan(weights, report, config, rb, allowance=budget.tokens)
+                weights, moved = p.weights, p.moved
+                owners = leaders(PlacementTable.from_config(config, weights))
+            budget = budget.spent(moved, partitions)
             k = rounds.index(at) + 1
             if k <= 2:
-                out[f"moved{k}"] = p.moved_fraction
+                out[f"moved{k}"] = moved / partitions
                 if k == 2:
-                    out["known2"] = ratio(table, figures)
+                    out["known2"] = ratio(owners, figures, nodes)
             else:
-                moved_steady += p.moved
+                moved_steady += moved
         if t - SETTLE_S in plans and rounds.index(plans[t - SETTLE_S]) < 2:
-            out[f"step{rounds.index(plans[t - SETTLE_S]) + 1}"] = ratio(table, rates(t))
+            out[f"step{rounds.index(plans[t - SETTLE_S]) + 1}"] = ratio(owners, rates(t), nodes)
         if t % SAMPLE_S == 0 and len(rounds) > 1 and t >= rounds[1] + PLAN_AFTER_S + SETTLE_S:
-            samples.append(ratio(table, rates(t)))
-            statics.append(ratio(static, rates(t)))
-    out["end"] = ratio(table, rates(duration_s))
+            samples.append(ratio(owners, rates(t), nodes))
+            statics.append(ratio(static, rates(t), nodes))
+    out["end"] = ratio(owners, rates(duration_s), nodes)
     if samples:
         out["mean_after"] = statistics.fmean(samples)
         out["share_le_1_2"] = sum(s <= 1.2 for s in samples) / len(samples)
