@@ -2,7 +2,8 @@
 gap between the planner alone and the simulator comes from, and what the move budget costs.
 
     python benchmarks/bench_load_plan.py [--nodes 64] [--partitions 4096] [--seeds 1-5]
-        [--duration 700] [--variants quantised,exact,nodrift,exact-nodrift] [--refill 0.04]
+        [--duration 700] [--variants quantised,exact,nodrift,exact-nodrift,pinned] [--refill 0.04]
+        [--drift-bound]
 
 Replays the simulator's rounds without the cluster: members ``n000``... at weight 1, the
 scenario's load model (same seed), a round every 300 s from t=30 whose figures are the model's
@@ -27,6 +28,7 @@ the mean max/mean of the 30-s samples, the share of samples <= 1.2, the end figu
 partitions per hour after the first two rounds, and the static table's mean max/mean over the
 same samples. ``--refill`` sets the move bucket's refill
 (fraction of the partitions per hour; the planner's default 0.04 = Slicer's ~4 %/h).
+``--drift-bound``: what one drift event does to a perfectly balanced cluster (``drift_bound``).
 """
 
 from __future__ import annotations
@@ -149,6 +151,35 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
     return out
 
 
+def drift_bound(nodes: int, partitions: int, seed: int, trials: int = 1000) -> tuple[float, float, float]:
+    """What one drift event does to a *perfectly* balanced cluster (every member at the mean
+    load at round 2's time, t=330): over ``trials`` draws of the model's next drift step (as many
+    partitions cool and heat as it swaps; owners as in the equal-weight table), the share of draws
+    after which max/mean is still <= 1.2, and its median and 90th percentile. The simulator's
+    "after step 2" is measured at t=400, after the drift step of t=360: no plan made from the
+    figures of t=330 does better than this, except by luck in where it leaves the members that
+    the newly hot partitions land on."""
+    model = LoadModel(partitions, seed)
+    model.rates(FIRST_S + PERIOD_S)
+    hot = np.zeros(partitions, dtype=bool)
+    hot[model.hot()] = True
+    swap = max(1, round(model.shape.drift_fraction * int(hot.sum())))
+    extra = model.base * (model.shape.hot_factor - 1)  # what heating adds to a partition
+    owners = leaders(PlacementTable.from_config(TableConfig(partitions), {f"n{i:03d}": 1.0 for i in range(nodes)}))
+    mean = float(np.where(hot, model.base * model.shape.hot_factor, model.base).sum()) / nodes
+    rng = np.random.default_rng([seed, 0xB0])
+    after = []
+    for _ in range(trials):
+        delta = np.zeros(partitions)
+        cool = rng.choice(np.flatnonzero(hot), swap, replace=False)
+        heat = rng.choice(np.flatnonzero(~hot), swap, replace=False)
+        delta[cool], delta[heat] = -extra[cool], extra[heat]
+        gain = np.bincount(owners, weights=delta, minlength=nodes)
+        after.append((mean + gain.max()) / (mean + delta.sum() / nodes))
+    a = np.array(after)
+    return float((a <= 1.2).mean()), float(np.median(a)), float(np.percentile(a, 90))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=64)
@@ -157,8 +188,16 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=700.0)
     ap.add_argument("--variants", default="quantised,exact,nodrift,exact-nodrift")
     ap.add_argument("--refill", type=float, default=None, help="move bucket refill, fraction per hour")
+    ap.add_argument("--drift-bound", action="store_true",
+                    help="instead: one drift event after a perfect balance (drift_bound), per seed")
     args = ap.parse_args()
     first, last = (int(x) for x in args.seeds.split("-"))
+    if args.drift_bound:
+        print(f"N={args.nodes} P={args.partitions}: perfect balance at t=330, then one drift event")
+        for seed in range(first, last + 1):
+            share, median, p90 = drift_bound(args.nodes, args.partitions, seed)
+            print(f"seed {seed}: share <= 1.2 {share:.3f}  median {median:.4f}  p90 {p90:.4f}")
+        return
     refill = None if args.refill is None else Fraction(args.refill).limit_denominator(10_000)
     cols = ("static", "step1", "step2", "known2", "moved1", "moved2", "mean_after", "share_le_1_2", "end",
             "moved_per_h_steady", "static_mean_after")
