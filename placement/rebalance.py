@@ -281,7 +281,11 @@ def plan(weights: Mapping[str, float], loads: LoadReport, config: TableConfig,
     _shorten(units0, cand, ev, allowed)
     units = _polish(_best(ev, allowed), active, bounds, ev, allowed, rebalance.polish_rounds)
     if ratio0 - ev(units)[2] < Fraction(rebalance.min_gain):
-        return answer(units0, "small gain" if ev(units)[3] else "no budget")
+        # "no budget" only when a candidate that gains enough was left out for its moves (every
+        # one within the allowance gains less: ``units`` is the best of them); before, any plan
+        # whose best candidate moved nothing said so, with most of a step's budget unspent.
+        over = any(ratio0 - s[2] >= Fraction(rebalance.min_gain) for s in ev.cache.values())
+        return answer(units0, "no budget" if over else "small gain")
     return answer(units, "planned")
 
 

@@ -145,3 +145,18 @@ def test_capacities_set_the_shares():
     p = plan(weights, LoadReport.of(rates), config, capacities={"a": 2.0, "b": 1.0, "c": 1.0})
     assert p.changed and p.weights["a"] > p.weights["b"]
     assert p.ratio_after < p.ratio_before
+
+
+def test_a_plan_says_no_budget_only_when_the_budget_held_it_back():
+    config = TableConfig(1024)
+    rates = _skewed(1024, 2)
+    weights = {f"n{i:02d}": 1.0 for i in range(16)}
+    held = plan(weights, LoadReport.of(rates), config, allowance=Fraction(1, 1024))
+    assert (held.changed, held.reason, held.moved) == (False, "no budget", 0)
+    rb = RebalanceConfig(trigger=1.0)
+    for _ in range(20):  # plan until the search finds nothing (each plan gains >= 0.02: few rounds)
+        p = plan(weights, LoadReport.of(rates), config, rb)
+        if not p.changed:
+            break
+        weights = p.weights
+    assert (p.changed, p.reason) == (False, "small gain")  # nothing gains 0.02, budget or not
