@@ -223,7 +223,7 @@ class _Evaluator:
             # Incremental from the parent's table or the view's (equal to a full build,
             # ``with_members``): a candidate that changes a few weights costs O(P) instead of
             # O(P N); a candidate far from the view's (the polish's, after the search) is near
-            # its parent (N=64, P=4,096: a plan's second step 3-6.6 s -> see the notebook).
+            # its parent (N=64, P=4,096: a second step took 3.0-6.6 s from the view's, 1.3-2.0 s so).
             near = self.cache.get(tuple(sorted(parent.items()))) if parent is not None else None
             table = (PlacementTable.from_config(self.config, weights) if self.base is None
                      else (near[0] if near is not None else self.base).with_members(weights))
@@ -346,7 +346,7 @@ def _polish(units: dict[str, int], active: list[str], bounds: dict[str, tuple[in
     (max/mean not lower) is followed by a step of that taker down (a chain of two members):
     without it the search stopped there with most of the step's budget unspent (N=64, P=4,096,
     load-skew's second step: 3-6 % of the 9 % moved, max/mean 1.09-1.17 against the figures;
-    docs/benchmarks-log.md, 2026-11-27 (2)). Still a local search."""
+    docs/benchmarks-log.md, "drift or quantisation?"). Still a local search."""
     def top(loads: Mapping[str, int]) -> str:
         return max(active, key=lambda m: (ev.share(m, loads), m))
 
