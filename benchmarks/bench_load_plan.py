@@ -141,6 +141,7 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             samples.append(ratio(owners, rates(t), nodes))
             statics.append(ratio(static, rates(t), nodes))
     out["end"] = ratio(owners, rates(duration_s), nodes)
+    out["static_end"] = ratio(static, rates(duration_s), nodes)
     if samples:
         out["mean_after"] = statistics.fmean(samples)
         out["share_le_1_2"] = sum(s <= 1.2 for s in samples) / len(samples)
