@@ -160,3 +160,21 @@ def test_a_plan_says_no_budget_only_when_the_budget_held_it_back():
             break
         weights = p.weights
     assert (p.changed, p.reason) == (False, "small gain")  # nothing gains 0.02, budget or not
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(3, 12), st.sampled_from([64, 256]), st.integers(0, 10_000))
+def test_a_plan_is_the_same_with_every_candidate_table_built_from_scratch(n, p, seed):
+    """The planner builds each candidate's table incrementally from a near one (its parent in the
+    polish, else the view's): the reference builds every one from scratch."""
+    rng = random.Random(seed)
+    weights = {f"m{i}": rng.choice([1.0, 0.75, 1.5]) for i in range(n)}
+    config = TableConfig(p, seed=seed % 5)
+    report = LoadReport.of(_skewed(p, seed))
+    rb = RebalanceConfig(trigger=1.0, polish_rounds=12)
+    fast = plan(weights, report, config, rb)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PlacementTable, "with_members",
+                   lambda self, members, zones=None: PlacementTable.from_config(self.config, members))
+        reference = plan(weights, report, config, rb)
+    assert fast == reference
