@@ -138,9 +138,7 @@ class ExclusiveOwnership:
         c = self._config
         self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir, home=c.state_home)
         self._seeds = self._members_file.start_seeds(join, new_cluster=c.new_cluster)
-        if c.state_dir is None:
-            _log.warning(NO_STATE_DIR_WARNING)
-        else:
+        if c.state_dir is not None:
             state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
             restored = state_file.load()
             if not self._seeds:
@@ -162,6 +160,8 @@ class ExclusiveOwnership:
         return self._runner
 
     def started(self) -> None:
+        if self._config.state_dir is None:  # (once running: a start that fails says only why)
+            _log.warning(NO_STATE_DIR_WARNING)
         if not self._seeds:
             assert self._members_file is not None
             # Bound, so no other process of this node runs: the old cluster's members, if any,
