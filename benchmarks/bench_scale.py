@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/bench_scale.py [--nodes 256 512 1024] [--seeds 1 | A:B]
         [--duration 600] [--only steady crash-one crash-many] [--json FILE]
-    PYTHONPATH=build/mypyc python benchmarks/bench_scale.py ...   # the compiled membership core (`make sim-fast`)
+    PYTHONPATH=build/mypyc python benchmarks/bench_scale.py ...   # the mypyc build (`make sim-fast`)
 
 One run per (N, seed) of ``swim-exclusive`` (``run_scenario("steady", ...)``, the per-step
 invariants on, the cores' own index checks off, as ``placement simulate``), ``--duration``
