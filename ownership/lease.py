@@ -82,6 +82,7 @@ from .views import (
     Accepted,
     AcceptorState,
     Decided,
+    DecidedStep,
     Prepare,
     Promise,
     StableViews,
@@ -415,12 +416,19 @@ class QuorumLease:
         self._condemning_prev.clear()
         self.learned_at = now
         self._past = [*self._past, old.ck][-16:]
-        self._rounds.clear()  # grants under the old view no longer count
-        self._grants.clear()
+        self._rounds.clear()
         self._grant_reserves.clear()
-        # A lease under the new view at once, not at the next renewal: creation (a takeover)
-        # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
-        self._next_round = min(self._next_round, now)
+        if not (carried and self._carry_grants()):
+            self._grants.clear()
+            # A lease under the new view at once, not at the next renewal: creation (a takeover)
+            # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
+            self._next_round = min(self._next_round, now)
+        elif self.valid_until - now < self.rolling_margin_s:
+            # The round under way went with the old view's rounds, and the lease cannot wait for
+            # the next one: a round now (a smallest quorum, ``_targets``). Without it a member
+            # that stepped just after starting a round in its margin fenced itself
+            # (healthy_drops crash-proposer seed 47).
+            self._next_round = min(self._next_round, now)
         # The view travels with a request only to a witness that answered from behind it, and
         # that one is asked again at once (``on_reply``). Sending it along to every witness
         # until each granted under it (against a missed ``Decided``: 1,943 fenced releases in
@@ -430,6 +438,33 @@ class QuorumLease:
         self._teach = set()
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
+
+    def _carry_grants(self) -> bool:
+        """On a step, keep the grants of the witnesses that are witnesses of the new view too,
+        if those alone justify the lease as it stands: the lease is then one of the new view
+        (``lease_num``), and the first round under it is an ordinary one - one witness while the
+        lease has its margin - instead of a round to every witness. That round was 2/3 of the
+        lease traffic a crash adds at N=256 (a view change made every member send five
+        requests and get five answers; issue 34, crash-many).
+
+        Why that is safe: a witness answers a condemnation with the age of its latest grant to
+        the subject under any view (``on_condemn``), so what makes a lease sound is only that its
+        witnesses form a quorum of the witness set a condemnation uses, the new view's - which
+        ``quorum_best`` over the new witnesses checks, as for grants of different rounds. And
+        point 3 of ``ownership.views`` carries over: a lease counted under view m has a witness
+        in every quorum that accepts m + 1; that witness gave its grant while it held a view of
+        at most m (it grants only under the view it holds, the requester's), so before it
+        accepted m + 1, and so before anyone learned m + 1. Otherwise (a witness whose grant
+        the lease needs left the witness set) the grants are dropped and every witness is asked
+        at once, as before (docs/ownership.md, "Leases across a step")."""
+        kept = {w: t for w, t in self._grants.items() if w in self.witnesses}
+        best = quorum_best(kept, self.witnesses)
+        if best is None or best[0] + self.lease_s < self.valid_until:
+            return False
+        self._grants = kept
+        self.lease_num = self.num
+        self._last_quorum[self.generation] = best[1]
+        return True
 
     def _learn(self, m: LeaseReq | LeaseReply, now: float) -> None:
         """A later view, from a reply or a request (members only use chosen views)."""
@@ -567,10 +602,41 @@ class QuorumLease:
             return (self.me,), False  # this member's own grant is a quorum (two members)
         missed = self._silent | self._awaiting
         if self.valid_until - now >= self.rolling_margin_s:
+            answering = [w for w in witnesses if w not in missed or w == self.me]
+            # (Missed: left a round unanswered - lost, or dead. At rest none is, and the oldest
+            # grant goes first, so grants rotate over all the witnesses.)
+            gain = None if is_quorum(answering, witnesses) else self._gains(now)
             pick = min((w for w in witnesses if w != self.me),
-                       key=lambda w: (w in missed, self._grants.get(w, -math.inf), self._spread(w), w))
+                       key=lambda w: (0.0 if gain is None else -gain[w], w in missed,
+                                      self._grants.get(w, -math.inf), self._spread(w), w))
             return ((self.me, pick) if self.me in witnesses else (pick,)), True
         return self._smallest_quorum(missed), False
+
+    def _gains(self, now: float) -> dict[str, float]:
+        """Per witness, the time the lease would run from (``_quorum_since``) if it granted
+        now. A rolling round asks the answering witness with the oldest grant, the missed ones
+        last. When the answering ones hold no quorum, that could ask again, round after round,
+        one whose grant was already among the newest: it moved nothing, and a member whose other
+        witnesses had each lost one answer fenced itself, its lease not renewed for 5.5 s
+        (healthy_drops crash-loss seed 78: four witnesses, two missed). Then a round asks one
+        that moves the lease on, missed or not. (Not always: at a dead first witness, which
+        makes a quorum of two of four, that would ask the dead one for good; seed 55 of
+        crash-lagged.)"""
+        witnesses = self.witnesses
+        trial = dict(self._grants)
+        if self.me in witnesses:
+            trial[self.me] = now  # (asked in the same round, for free)
+        out: dict[str, float] = {}
+        for w in witnesses:
+            before = trial.get(w)
+            trial[w] = now
+            best = quorum_best(trial, witnesses)
+            out[w] = -math.inf if best is None else best[0]
+            if before is None:
+                del trial[w]
+            else:
+                trial[w] = before
+        return out
 
     def _smallest_quorum(self, missed: set[str]) -> tuple[str, ...]:
         """A smallest quorum of the witnesses that granted under this view and generation and
@@ -822,7 +888,7 @@ class QuorumLease:
     # ------------------------------------------------------------------ plumbing
 
     def receive(self, src: str, msg: LeaseMessage, now: float) -> None:
-        if isinstance(msg, (Prepare, Promise, Accept, Accepted, Decided)):
+        if isinstance(msg, (Prepare, Promise, Accept, Accepted, Decided, DecidedStep)):
             reply = self.views.receive(src, msg, now)
             if reply is not None:
                 self._send(src, reply, now)

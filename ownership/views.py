@@ -78,7 +78,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "ViewMessage", "StableViews",
+__all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "DecidedStep",
+           "ViewMessage", "StableViews",
            "view_checksum", "witnesses_of", "is_quorum"]
 
 
@@ -229,7 +230,58 @@ class Decided:
         return Decided(v.num, v.members, v.weights, v.inc, v.loads, v.loads_at)
 
 
-ViewMessage = Prepare | Promise | Accept | Accepted | Decided
+@dataclass(frozen=True)
+class DecidedStep:
+    """``Decided`` as the change from the view before (``base``, its checksum): the members
+    removed, the members added or reweighted (``ids``, ``weights``), and the load figures if
+    they changed (``same_loads``: those of the base). ``ck``: the new view's checksum, so a
+    receiver that rebuilt anything else drops it. Sent by a proposer to the members of the
+    view before, who hold it: a crash at N=256 made every member receive the whole view, about
+    four datagrams, where this is one small message (issue 34, crash-many). A member that
+    holds another view ignores it and learns the view from its next lease reply, as it would
+    after a lost ``Decided``."""
+    num: int
+    base: int
+    ck: int
+    removed: tuple[str, ...]
+    ids: tuple[str, ...]
+    weights: tuple[float, ...]
+    same_loads: bool
+    inc: int = 0
+    loads: bytes = b""
+    loads_at: int = 0
+
+    @staticmethod
+    def between(base: View, v: View) -> DecidedStep | None:
+        """The step from ``base`` to ``v`` (its successor), or None when it would not be much
+        smaller than the whole view (more than half of the members changed)."""
+        old = base.by_member
+        new = v.by_member
+        changed = [m for m in v.members if old.get(m) != new[m]]
+        if v.num != base.num + 1 or 2 * len(changed) > len(v.members):
+            return None
+        same = v.loads == base.loads and v.loads_at == base.loads_at
+        return DecidedStep(v.num, base.ck, v.ck, tuple(m for m in base.members if m not in new), tuple(changed),
+                           tuple(new[m] for m in changed), same, v.inc,
+                           b"" if same else v.loads, 0 if same else v.loads_at)
+
+    def apply(self, base: View) -> View | None:
+        """The view this step leads to from ``base``, or None if ``base`` is not the view it
+        was made from or the result is not the view it names."""
+        if base.num != self.num - 1 or base.ck != self.base or len(self.ids) != len(self.weights):
+            return None
+        weighted = dict(base.by_member)
+        for m in self.removed:
+            if weighted.pop(m, None) is None:
+                return None
+        weighted.update(zip(self.ids, self.weights))
+        members = tuple(sorted(weighted))
+        loads, loads_at = (base.loads, base.loads_at) if self.same_loads else (self.loads, self.loads_at)
+        v = View.checked(self.num, members, tuple(weighted[m] for m in members), self.inc, loads, loads_at)
+        return v if v is not None and v.ck == self.ck else None
+
+
+ViewMessage = Prepare | Promise | Accept | Accepted | Decided | DecidedStep
 
 
 @dataclass
@@ -297,6 +349,9 @@ class StableViews:
         #: An incarnation other than the restored view's, heard while that view is not installed
         #: again (0: none): the record is from an earlier cluster of the same name (``heard``).
         self.foreign_inc = 0
+        #: ``DecidedStep``s this member could not apply (it held another view, or a stale or
+        #: mangled step): it learns the view otherwise (a lease reply, a later ``Decided``).
+        self.steps_missed = 0
 
     def durable_state(self) -> AcceptorState:
         """What this acceptor promised (module docstring, "Restarts"). Before it installs a view
@@ -497,8 +552,11 @@ class StableViews:
             self.install(chosen, now)
             if chosen.ck != p.own.ck:
                 self.superseded = p.own
+            whole = Decided.of(chosen)
+            step = DecidedStep.between(p.base, chosen) or whole
             for m_id in sorted(tell):
-                self._send(m_id, Decided.of(chosen))
+                # (The members of the view before hold it; a new member gets the whole view.)
+                self._send(m_id, step if m_id in p.base.by_member else whole)
 
     # ------------------------------------------------------------------ acceptor
 
@@ -585,7 +643,7 @@ class StableViews:
 
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""
-        if isinstance(msg, (Prepare, Accept, Decided)):
+        if isinstance(msg, (Prepare, Accept, Decided, DecidedStep)):
             self.heard(src, msg.inc, now)
         if isinstance(msg, Prepare):
             return self._on_prepare(src, msg, now)
@@ -595,6 +653,12 @@ class StableViews:
             self._on_promise(src, msg, now)
         elif isinstance(msg, Accepted):
             self._on_accepted(src, msg, now)
+        elif isinstance(msg, DecidedStep):
+            view = msg.apply(self.view)
+            if view is not None:
+                self.install(view, now)
+            else:
+                self.steps_missed += 1
         else:
             view = View.checked(msg.num, msg.members, msg.weights, msg.inc, msg.loads, msg.loads_at)
             if view is not None:

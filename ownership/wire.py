@@ -41,7 +41,7 @@ from .messages import (
     Redirect,
     ViewAsk,
 )
-from .views import Accept, Accepted, Decided, Prepare, Promise
+from .views import Accept, Accepted, Decided, DecidedStep, Prepare, Promise
 
 __all__ = ["MAGIC", "encode", "encode_many", "decode", "decode_many", "Reassembler"]
 
@@ -129,6 +129,7 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     16: (NoteRefused, (_PARTITION, _EPOCH)),
     17: (ViewAsk, (_EPOCH,)),
     18: (NoView, (_EPOCH, _uint(FORMS + 1))),
+    19: (DecidedStep, (_EPOCH, _CK, _CK, _ids, _ids, _weights, _bool, _EPOCH, _loads, _EPOCH)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 #: kind -> where its fields that travel as lists are tuples in the class

@@ -190,6 +190,18 @@ def member(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"in ID=WEIGHT {text!r}: {exc}") from None
 
 
+def member_zone(text: str) -> tuple[str, str]:
+    """``ID=ZONE``: a member's zone, for a table computed offline (``placement table``,
+    ``spark-route --members``); a node names its own with ``--zone NAME``."""
+    ident, sep, z = text.partition("=")
+    if not sep:
+        raise _bad("ID=ZONE", text)
+    try:
+        return member_id(ident), zone(z)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"in ID=ZONE {text!r}: {exc}") from None
+
+
 def host_port(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:7001`` for IPv6), port 0-65535."""
     host, sep, p = text.rpartition(":")
@@ -296,3 +308,29 @@ def read_members(path: str) -> dict[str, float]:
     if not members:
         raise InvalidConfigError(f"{path}: no members ({shape})")
     return members
+
+
+def read_zones(path: str) -> dict[str, str]:
+    """Member zones from a JSON file: ``{"id": "zone", ...}`` (``""``: no zone). Whether every id
+    is a member is the table's check (``zones.validate_zones``)."""
+    data = read_json(path)
+    if not isinstance(data, Mapping) or not all(isinstance(z, str) for z in data.values()):
+        raise InvalidConfigError(f'{path}: expected zones as {{"id": "zone", ...}}')
+    try:
+        return {member_id(ident): zone(z) for ident, z in data.items()}
+    except argparse.ArgumentTypeError as exc:
+        raise InvalidConfigError(f"{path}: {exc}") from None
+
+
+def zones_given(pairs: list[tuple[str, str]] | None, path: str | None) -> dict[str, str] | None:
+    """The zones of ``--zone ID=ZONE`` (repeatable) or ``--zones FILE`` (None: neither given)."""
+    if path:
+        return read_zones(path)
+    if not pairs:
+        return None
+    out: dict[str, str] = {}
+    for ident, z in pairs:
+        if ident in out:
+            raise InvalidConfigError(f"--zone names member {ident!r} twice")
+        out[ident] = z
+    return out

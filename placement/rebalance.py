@@ -32,9 +32,12 @@ the view's, and its member loads summed):
    toward the farthest one that fits.
 3. Polish: from the best candidate that fits, greedy single-member steps (the most loaded
    member's weight down or the least loaded one's up, by a fraction of the way to its bound),
-   whichever lowers max/mean most within the budget, up to ``iterations`` times. A single
-   weight moves partitions only to or from its member, so the moves go where they help: at
-   N=64, P=4,096 (load-skew) it took max/mean after two steps from 1.20 (mean of 5 draws) to 1.11.
+   whichever lowers max/mean most within the budget, up to ``polish_rounds`` times; when the
+   top member's step only hands the top to the member that takes its partition, that member's
+   step down follows (a chain of two). A single weight moves partitions only to or from its
+   member, so the moves go where they help: at N=64, P=4,096 (load-skew) single steps took
+   max/mean after two steps from 1.20 (mean of 5 draws) to 1.11; in the scenario's timeline the
+   chains took the second step from 1.09-1.17 to 1.07-1.12 against the figures it planned from.
 
 Every candidate weight stays within ``max_factor`` of the view's weight (a member's weight never
 changes by more than that factor in one step), and the answer is the best by (max/mean, moved,
@@ -129,12 +132,14 @@ class RebalanceConfig:
     max_factor: float = 1.5  # a weight changes by at most this factor per step, either way
     step_budget: float = 0.09  # fraction of partitions one step may move (Slicer: 9 % per round)
     min_gain: float = 0.02  # a plan must lower max/mean by at least this much
-    iterations: int = 12  # candidate tables evaluated by the search
+    iterations: int = 12  # rounds of the broad search's multiplicative updates
+    polish_rounds: int = 48  # rounds of the polish (``_polish``), each one member's step or a chain of two
 
     def __post_init__(self) -> None:
         checks = [("trigger", self.trigger >= 1.0), ("band", 0.0 <= self.band < 1.0),
                   ("max_factor", self.max_factor > 1.0), ("step_budget", 0.0 < self.step_budget <= 1.0),
-                  ("min_gain", self.min_gain >= 0.0), ("iterations", 1 <= self.iterations <= 1000)]
+                  ("min_gain", self.min_gain >= 0.0), ("iterations", 1 <= self.iterations <= 1000),
+                  ("polish_rounds", 0 <= self.polish_rounds <= 1000)]
         for name, ok in checks:
             if not ok:
                 raise InvalidConfigError(f"RebalanceConfig.{name} is out of range: {getattr(self, name)!r}")
@@ -203,20 +208,25 @@ class _Evaluator:
         self.levels = levels
         self.caps = caps
         self.cap_total = sum(caps.values())
+        self.equal_caps = len(set(caps.values())) == 1  # then load alone orders members (no Fractions)
         self.total = int(levels.sum())
         self.base: PlacementTable | None = None  # the view's table: the first one evaluated
         self.cache: dict[tuple[tuple[str, int], ...], _Scored] = {}
 
-    def __call__(self, units: dict[str, int]) -> _Scored:
-        """(table, member loads, max/mean, partitions moved from the view's table)."""
+    def __call__(self, units: dict[str, int], parent: dict[str, int] | None = None) -> _Scored:
+        """(table, member loads, max/mean, partitions moved from the view's table). ``parent``:
+        an evaluated candidate close to ``units`` (a weight or two apart), to build from."""
         key = tuple(sorted(units.items()))
         hit = self.cache.get(key)
         if hit is None:
             weights = {m: u / WEIGHT_SCALE for m, u in key}
-            # Incremental from the view's table (equal to a full build, ``with_members``): a
-            # candidate that changes a few weights costs O(P) instead of O(P N).
+            # Incremental from the parent's table or the view's (equal to a full build,
+            # ``with_members``): a candidate that changes a few weights costs O(P) instead of
+            # O(P N); a candidate far from the view's (the polish's, after the search) is near
+            # its parent (N=64, P=4,096: a second step took 3.0-6.6 s from the view's, 1.3-2.0 s so).
+            near = self.cache.get(tuple(sorted(parent.items()))) if parent is not None else None
             table = (PlacementTable.from_config(self.config, weights) if self.base is None
-                     else self.base.with_members(weights))
+                     else (near[0] if near is not None else self.base).with_members(weights))
             loads = member_loads(table, self.levels)
             moved = 0 if self.base is None else len(self.base.moved(table, leaders=True))
             hit = (table, loads, self.ratio(loads), moved)
@@ -225,11 +235,17 @@ class _Evaluator:
                 self.base = table
         return hit
 
+    def share(self, m: str, loads: Mapping[str, int]) -> int | Fraction:
+        """Member ``m``'s load per unit of capacity, or, with equal capacities, its load: either
+        orders the members the same way, the second without a Fraction per member."""
+        return loads.get(m, 0) if self.equal_caps else Fraction(loads.get(m, 0), self.caps[m])
+
     def ratio(self, loads: Mapping[str, int]) -> Fraction:
         """max over members of (load / capacity) / (total load / total capacity)."""
         if not self.total:
             return Fraction(1)
-        return max(Fraction(loads.get(m, 0) * self.cap_total, c * self.total) for m, c in self.caps.items())
+        m = max(self.caps, key=lambda m: self.share(m, loads))
+        return Fraction(loads.get(m, 0) * self.cap_total, self.caps[m] * self.total)
 
 
 def plan(weights: Mapping[str, float], loads: LoadReport, config: TableConfig,
@@ -263,9 +279,13 @@ def plan(weights: Mapping[str, float], loads: LoadReport, config: TableConfig,
     allowed = math.floor(min(Fraction(rebalance.step_budget), Fraction(allowance)) * config.partitions)
     cand = _search(units0, active, bounds, ev, rebalance)
     _shorten(units0, cand, ev, allowed)
-    units = _polish(_best(ev, allowed), active, bounds, ev, allowed, rebalance.iterations)
+    units = _polish(_best(ev, allowed), active, bounds, ev, allowed, rebalance.polish_rounds)
     if ratio0 - ev(units)[2] < Fraction(rebalance.min_gain):
-        return answer(units0, "small gain" if ev(units)[3] else "no budget")
+        # "no budget" only when a candidate that gains enough was left out for its moves (every
+        # one within the allowance gains less: ``units`` is the best of them); before, any plan
+        # whose best candidate moved nothing said so, with most of a step's budget unspent.
+        over = any(ratio0 - s[2] >= Fraction(rebalance.min_gain) for s in ev.cache.values())
+        return answer(units0, "no budget" if over else "small gain")
     return answer(units, "planned")
 
 
@@ -320,22 +340,42 @@ def _polish(units: dict[str, int], active: list[str], bounds: dict[str, tuple[in
     """Greedy single-member steps: the most loaded member's weight down, or the least loaded
     one's up, by a fraction of the way to its bound (``_STEPS``), whichever lowers max/mean most
     within the budget. One weight at a time moves partitions only to or from that member, so
-    this spends the moves the broad search left where they help. (A local search: it can stop
-    where the partition the top member would shed first is a hot one that makes its taker the
-    new top; seen in 1 of 10 draws at N=16, left at 1.21.)"""
+    this spends the moves the broad search left where they help.
+
+    A step of the top member that sheds a partition heavy enough to make its taker the new top
+    (max/mean not lower) is followed by a step of that taker down (a chain of two members):
+    without it the search stopped there with most of the step's budget unspent (N=64, P=4,096,
+    load-skew's second step: 3-6 % of the 9 % moved, max/mean 1.09-1.17 against the figures;
+    docs/benchmarks-log.md, "drift or quantisation?"). Still a local search."""
+    def top(loads: Mapping[str, int]) -> str:
+        return max(active, key=lambda m: (ev.share(m, loads), m))
+
+    def bottom(loads: Mapping[str, int]) -> str:
+        return min(active, key=lambda m: (ev.share(m, loads), m))
+
     for _ in range(rounds):
         _, loads, ratio, _ = ev(units)
-        by_load = sorted(active, key=lambda m: (Fraction(loads.get(m, 0), ev.caps[m]), m))
-        top, bottom = by_load[-1], by_load[0]
-        tries = []
-        for m, end in ((top, bounds[top][0]), (bottom, bounds[bottom][1])):
-            for step in _STEPS:
-                u = units[m] + math.floor((end - units[m]) * step)
-                if u != units[m]:
-                    tries.append({**units, m: u})
-        scored = [(ev(t)[2], ev(t)[3], sorted(t.items())) for t in tries]
+        hi, lo = top(loads), bottom(loads)
+        downs = _steps(units, hi, bounds[hi][0])
+        tries = [(t, units) for t in downs + _steps(units, lo, bounds[lo][1])]  # (candidate, parent)
+        for t in downs:
+            _, after, r, moved = ev(t, units)
+            taker = top(after)
+            if moved <= allowed and r >= ratio and taker != hi:
+                tries += [(c, t) for c in _steps(t, taker, bounds[taker][0])]
+        scored = [(ev(t, p)[2], ev(t, p)[3], sorted(t.items())) for t, p in tries]
         fits = [s for s in scored if s[1] <= allowed and s[0] < ratio]
         if not fits:
             break
         units = dict(min(fits)[2])
     return units
+
+
+def _steps(units: dict[str, int], m: str, end: int) -> list[dict[str, int]]:
+    """``units`` with member ``m``'s weight moved each ``_STEPS`` fraction of the way to ``end``."""
+    out = []
+    for step in _STEPS:
+        u = units[m] + math.floor((end - units[m]) * step)
+        if u != units[m]:
+            out.append({**units, m: u})
+    return out

@@ -7,6 +7,8 @@ command line (tests/test_layout.py keeps it so). Its own commands are the placem
     placement demo                         # placement of a demo membership, with a join and a leave
     placement table --member n1=1 --member n2=2 --partitions 4096 --replicas 2 [--json]
     placement table --members members.json # {"n1": 1.0, ...} or [["n1", 1.0], ...]
+    placement table --member n1 --member n2 --member n3 --replicas 2 --zone n1=a --zone n2=b --zone n3=a
+    placement table --members members.json --zones zones.json  # {"n1": "a", ...}
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from placement import argtypes
-from placement.argtypes import read_members
+from placement.argtypes import read_members, zones_given
 from placement.errors import NoOwnerError, PlacementError
 from placement.service import keygen, node_cli
 from placement.service.console import status
@@ -56,13 +58,16 @@ def print_summary(t: PlacementTable) -> None:
     load = t.load()
     replica_load = t.load(leader_only=False)
     total = sum(t.members.values())
+    zoned = bool(t.zones)  # a zone column only for a table with zones
     # "vs share": leaderships over the weighted share P * w / sum(w) (1.00 = exactly fair).
-    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs share':>10}")
+    print(f"{'member':<12}{'weight':>8}{'leader of':>11}{'replica of':>12}{'vs share':>10}"
+          + ("  zone" if zoned else ""))
     for m, w in t.members.items():
         lead = load.get(m, 0)
         share = t.partitions * w / total
         ratio = f"{lead / share:.2f}" if share else "-"
-        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{ratio:>10}")
+        print(f"{m:<12}{w:>8g}{lead:>11}{replica_load.get(m, 0):>12}{ratio:>10}"
+              + (f"  {t.zone_of(m) or '-'}" if zoned else ""))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -88,7 +93,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_table(args: argparse.Namespace) -> int:
     t = PlacementTable.build(
         _members(args), partitions=args.partitions, replicas=args.replicas, seed=args.seed,
-        capacity_factor=args.capacity_factor,
+        capacity_factor=args.capacity_factor, zones=zones_given(args.zone, args.zones),
     )
     if args.json:
         print(t.to_json())
@@ -108,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--member", action="append", type=argtypes.member, metavar="ID=WEIGHT",
                        help="a member and its weight (repeatable; weight 0 owns nothing)")
     given.add_argument("--members", metavar="FILE", help='JSON file: {"id": weight, ...} or [["id", weight], ...]')
+    zoned = table.add_mutually_exclusive_group()
+    zoned.add_argument("--zone", action="append", type=argtypes.member_zone, metavar="ID=ZONE",
+                       help="a member's zone (repeatable; others have none): each replica set spans distinct "
+                            "zones where there are at least --replicas of them (README, \"Zones\")")
+    zoned.add_argument("--zones", metavar="FILE", help='JSON file: {"id": "zone", ...}')
     table.add_argument("--json", action="store_true", help="print the snapshot as JSON (the wire form)")
     _add_table_options(table)
     table.set_defaults(func=cmd_table)

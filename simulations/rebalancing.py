@@ -66,6 +66,7 @@ class LoadRounds:
         self.series: list[list[float]] = []
         self.agree = True
         self._moved_at_round = 0
+        self._figures: dict[int, np.ndarray] = {}  # round's time -> its true rates, until it settles
 
     def start(self) -> None:
         self.sim.at(self.t0 + self.first_s, self._round)
@@ -74,9 +75,10 @@ class LoadRounds:
 
     # ------------------------------------------------------------------ measuring
 
-    def _ratios(self) -> tuple[float, float]:
-        """(max/mean of what the running members own, of the static table) at the current loads."""
-        rates = self.model.rates(self.sim.now - self.t0)
+    def _ratios(self, rates: np.ndarray | None = None) -> tuple[float, float]:
+        """(max/mean of what the running members own, of the static table) at the current loads
+        (or at ``rates``)."""
+        rates = self.model.rates(self.sim.now - self.t0) if rates is None else rates
         mean = rates.sum() / max(1, len(self._members()))
         owned = max((rates[n.leads()].sum() for n in self._members()), default=0.0)
         ids, idx = self.static.owner_indices()
@@ -102,7 +104,8 @@ class LoadRounds:
             self.rounds[-1]["moved_seen"] = moved_seen
         record: dict[str, Any] = {"at": at_s, "ratio": round(live, 4), "static": round(static, 4)}
         if self.load_aware:
-            codes = LoadReport.of(self.model.rates(at_s)).codes
+            self._figures[at_s] = self.model.rates(at_s)
+            codes = LoadReport.of(self._figures[at_s]).codes
             for n in self._members():
                 n.set_loads(codes, at_s)  # what this member measured: its stable view commits it
             self.sim.at(self.sim.now + self.plan_after_s, self._plan_round, record, LoadReport(codes), at_s)
@@ -153,6 +156,10 @@ class LoadRounds:
 
     def _settled(self, record: dict[str, Any]) -> None:
         record["ratio_settled"] = round(self._ratios()[0], 4)
+        # The same ownership under the figures the round planned from: what a planner can know.
+        # The difference is the drift since (at N=64 one drift event between a round and its
+        # settling moved one member by up to 0.31 of the mean: docs/benchmarks-log.md).
+        record["ratio_settled_figures"] = round(self._ratios(self._figures.pop(record["at"]))[0], 4)
 
     # ------------------------------------------------------------------ result
 

@@ -3,6 +3,7 @@
     placement spark-sample --out items.parquet --items 100000
     placement spark-route --input items.parquet --key-column key --url http://127.0.0.1:8001 --deliver
     placement spark-route --input items.csv --key-column key --members members.json --output out/by-owner
+    placement spark-route --input items.csv --key-column key --members members.json --zones zones.json --output out/z
     placement spark-sweep --out out/sweep [--grid grid.json]
 
 pyspark is imported inside the commands, so ``placement --help`` works without Java or pyspark.
@@ -34,6 +35,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                    help="with --members: partition count (default 4096)")
     p.add_argument("--replicas", type=argtypes.replicas, default=1, help="with --members: replicas (default 1)")
     p.add_argument("--seed", type=argtypes.hash_seed, default=0, help="with --members: hash seed (default 0)")
+    zoned = p.add_mutually_exclusive_group()
+    zoned.add_argument("--zone", action="append", type=argtypes.member_zone, metavar="ID=ZONE",
+                       help="with --members: a member's zone (repeatable), as the nodes' --zone (README, \"Zones\")")
+    zoned.add_argument("--zones", metavar="FILE", help='with --members: JSON {"id": "zone", ...}')
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--deliver", action="store_true", help="POST items to {owner}/v1/work (needs --url)")
     out.add_argument("--output", metavar="DIR", help="write Parquet partitioned by owner (owner=<id>/)")
@@ -71,11 +76,14 @@ def cmd_route(args: argparse.Namespace) -> int:
     from .session import get_session
 
     if args.url:
+        if args.zone or args.zones:
+            raise PlacementError("--zone/--zones go with --members: with --url the nodes' snapshot has their zones")
         snapshot = route.fetch_snapshot(args.url)
     else:
         if args.deliver:
             raise PlacementError("--deliver needs --url: a members file has no HTTP addresses")
-        snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed)
+        snapshot = route.offline_snapshot(args.members, args.partitions, args.replicas, args.seed,
+                                          zones=argtypes.zones_given(args.zone, args.zones))
     spark = get_session(args.master, "placement spark-route")
     engine = route.choose_engine(spark, args.engine, snapshot.table.partitions)
     routed = route.assign_owners(spark, route.read_items(spark, args.input, args.format), args.key_column, snapshot,

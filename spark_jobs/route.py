@@ -29,7 +29,7 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,9 +69,14 @@ def fetch_snapshot(urls: Sequence[str], timeout_s: float = 5.0) -> PlacementSnap
                                    "(e.g. http://127.0.0.1:8001, see `placement cluster`).") from None
 
 
-def offline_snapshot(members_file: str, partitions: int = 4096, replicas: int = 1, seed: int = 0) -> PlacementSnapshot:
-    """Plan without a cluster: members from a JSON file ({"n1": 1.0, ...}); no addresses."""
-    table = PlacementTable.build(read_members(members_file), partitions=partitions, replicas=replicas, seed=seed)
+def offline_snapshot(members_file: str, partitions: int = 4096, replicas: int = 1, seed: int = 0,
+                     zones: Mapping[str, str] | None = None) -> PlacementSnapshot:
+    """Plan without a cluster: members from a JSON file ({"n1": 1.0, ...}); no addresses.
+    ``zones`` (id -> zone) as the nodes' ``--zone``: the leaders, which items are routed to, are
+    the same with or without them (README, "Zones"), but the snapshot - its checksum in the
+    report, its replica sets - is then the one a zoned cluster with these members serves."""
+    table = PlacementTable.build(read_members(members_file), partitions=partitions, replicas=replicas, seed=seed,
+                                 zones=zones)
     return PlacementSnapshot(table, {})
 
 

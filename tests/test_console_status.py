@@ -18,6 +18,8 @@ from placement_cli.main import main
 from test_node import FAST, eventually
 from test_node_exclusive import QUICK
 
+_REAL_CLIENT = httpx.Client
+
 
 @contextlib.contextmanager
 def live_cluster(size=2):
@@ -79,6 +81,48 @@ def test_status_table(urls, capsys):
     assert sum(int(r[4]) for r in rows) == 512 and all(int(r[5]) == 512 for r in rows)  # leads, replica of
     assert "agreement: all 2 answering members agree on " in out
     assert "balance: max/mean " in out and "recent changes:" in out and "joined" in out
+
+
+def _proxied(monkeypatch, balancing):
+    """``httpx.Client`` sends to the live nodes, except ``/v1/balancing``: ``balancing(request)``."""
+    upstream = _REAL_CLIENT(timeout=5)
+
+    def handler(request):
+        if request.url.path == "/v1/balancing":
+            return balancing(request)
+        r = upstream.get(str(request.url), headers={k: v for k, v in request.headers.items() if k == "accept"})
+        return httpx.Response(r.status_code, content=r.content, headers={"content-type": r.headers["content-type"]})
+
+    monkeypatch.setattr(httpx, "Client", lambda **kw: _REAL_CLIENT(transport=httpx.MockTransport(handler), **kw))
+
+
+def _rows(out):
+    return {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("n1 ", "n2 "))}
+
+
+def test_status_shows_each_members_load_and_dashes_where_a_node_has_none(urls, capsys, monkeypatch):
+    """Issue 33: load per member from GET /v1/balancing; a node without --load-aware (these) has no
+    figures, and a node older than the endpoint answers 404: '-' either way, no error."""
+    assert main(["status", "--url", urls[0]]) == 0
+    out = capsys.readouterr().out
+    assert "load/s  x mean" in out
+    assert all(r[6:8] == ["-", "-"] for r in _rows(out).values())  # no --load-aware: no figures
+    _proxied(monkeypatch, lambda request: httpx.Response(404, json={"detail": "Not Found"}))
+    assert main(["status", "--url", urls[0], "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert [(m["load"], m["load_over_mean"]) for m in s["members"]] == [(None, None)] * 2
+    assert all(r[6:8] == ["-", "-"] for r in _rows(render(s)).values())
+    body = {"members": [{"id": "n1", "load": 12.5, "load_over_mean": 1.25}, {"id": "n2", "weight": 1.0}]}
+    _proxied(monkeypatch, lambda request: httpx.Response(200, json=body))
+    assert main(["status", "--url", urls[0]]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["n1"][6:8] == ["12.5", "1.25"] and rows["n2"][6:8] == ["-", "-"]  # n2: fields missing
+
+
+def test_a_failing_balancing_endpoint_is_still_an_error(urls, capsys, monkeypatch):
+    _proxied(monkeypatch, lambda request: httpx.Response(500, json={"detail": "boom"}))
+    assert main(["status", "--url", urls[0]]) == 2
+    assert "/v1/balancing: HTTP 500: boom" in capsys.readouterr().err
 
 
 def test_status_json_is_what_the_table_shows(urls, capsys):

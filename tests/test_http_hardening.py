@@ -271,11 +271,13 @@ def test_a_request_head_that_does_not_arrive_is_closed(sent: bytes):
 
 def test_the_header_timeout_spares_keep_alive_clients_and_long_polls():
     async def main() -> None:
-        async with served(header_timeout_s=0.3) as (url, node), httpx.AsyncClient(base_url=url) as client:
+        # (A margin of 0.8 s between the pauses and the timeout: with 0.1 s, a loaded 2-core box
+        # delayed the next request past it and the server closed the idle connection.)
+        async with served(header_timeout_s=1.0) as (url, node), httpx.AsyncClient(base_url=url) as client:
             for _ in range(3):  # one connection, requests 0.2 s apart: each head arrives in time
                 assert (await client.get("/v1/members")).status_code == 200
                 await asyncio.sleep(0.2)
-            r = await client.get("/v1/placement", params={"after": node.snapshot.etag, "wait": 0.8})
+            r = await client.get("/v1/placement", params={"after": node.snapshot.etag, "wait": 1.5})
             assert r.status_code == 200  # a request answered after the timeout: its head had arrived
 
     run(main)

@@ -253,3 +253,33 @@ def test_a_silent_witness_is_passed_over_by_rolling_rounds() -> None:
         assert asked[silent] <= 1, f"{m} kept asking the silent witness: {asked}"
         # one a round, and a few more around the first silence (a quorum round: 3 a round = 60)
         assert sum(asked.values()) <= 20 + 5, (m, asked)
+
+
+def test_when_the_answering_witnesses_hold_no_quorum_a_rolling_round_asks_one_that_moves_the_lease() -> None:
+    """healthy_drops crash-loss seed 78: four witnesses, the member the last of them, and two
+    others (the first among them) each left a round unanswered (``_silent``). Rolling rounds
+    asked the only other witness that had answered, again and again: its grant was already
+    among the newest, so the lease did not move for 5.5 s, and the quorum round at the margin
+    lost an answer too: the member fenced itself. Now such a round asks a witness whose grant
+    moves the lease on, missed or not; while the answering witnesses hold a quorum, the oldest
+    of them as before (so a dead first witness, which makes a quorum of two of four, is not
+    asked for good: crash-lagged seed 55)."""
+    members = MEMBERS[:4]
+    nodes = cluster(members, k=4, lease_s=ROLLING_LEASE_S)
+    w = nodes[members[0]].witnesses
+    me = w[-1]
+    q = nodes[me]
+    Net(nodes).run(0.0, 9.0)
+    now = 9.0
+    grants = dict(q._grants)
+    # The newest grants besides its own: the third witness's (it answered the latest round).
+    q._grants.update({w[2]: now - 0.25, w[0]: now - 2.0, w[1]: now - 3.0})
+    q._silent = {w[0], w[1]}
+    assert q.valid_until - now >= q.rolling_margin_s
+    targets, rolling = q._targets(now)
+    assert rolling and targets[0] == me and targets[1] in (w[0], w[1]), targets
+    assert targets[1] != w[2]  # (what it asked before: its grant moved nothing)
+    # Answering witnesses that hold a quorum (the first among them): the oldest of those.
+    q._silent = {w[1]}
+    assert q._targets(now) == ((me, w[0]), True)
+    q._grants = grants

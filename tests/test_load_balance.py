@@ -162,3 +162,34 @@ def test_after_a_step_the_next_plan_waits_for_figures_measured_after_it():
     assert lb.view(View.of(8, lowered, loads=hot_a, loads_at=1002)) is None
     assert lb.view(View.of(9, lowered, loads=hot_a, loads_at=soon)) is None
     assert lb.view(View.of(10, lowered, loads=hot_a, loads_at=soon + 1)) is not None
+
+
+def test_views_are_planned_off_the_callers_thread_in_order_with_the_same_plans():
+    """A node hands each stable view to ``view_soon`` from its event loop: the plan (most of a
+    second at N=64, P=4,096) runs on the balancer's one worker, views in the order given, and
+    gives what ``view`` gives; after ``close`` nothing more is planned."""
+    import threading
+
+    weights = {"a": 1.0, "b": 1.0, "c": 1.0}
+    owner = __import__("placement").PlacementTable.build(weights, P)
+    hot = [1000.0 if owner.owner(p) == "a" else 1.0 for p in range(P)]
+    views = [View.of(7, weights, loads=LoadReport.of(hot).codes, loads_at=1000),
+             View.of(8, weights, loads=LoadReport.of(hot).codes, loads_at=1001),
+             View.of(9, weights, loads=LoadReport.of(hot).codes, loads_at=2000)]
+    calls: list = []
+    reference = balancer(calls)
+    expected = [reference.view(v) for v in views]
+    soon_calls: list = []
+    threads: list[str] = []
+
+    def set_weight(w: float) -> None:
+        threads.append(threading.current_thread().name)
+        soon_calls.append(("weight", w))
+    lb = LoadBalancer("a", TableConfig(P), 4.0, own_rates=lambda: {0: 8.0}, addresses=lambda: {},
+                      set_loads=lambda codes, at: None, set_weight=set_weight)
+    futures = [lb.view_soon(v) for v in views]
+    got = [f.result(timeout=60) for f in futures if f is not None]
+    assert len(got) == 3 and got == expected and soon_calls == calls and lb.plans == reference.plans
+    assert threads and set(threads) == {"placement-plan-a_0"}
+    lb.close()
+    assert lb.view_soon(views[2]) is None

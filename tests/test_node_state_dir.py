@@ -133,3 +133,21 @@ def test_a_state_file_from_an_earlier_cluster_of_the_same_name_is_reported(
     with caplog.at_level(logging.ERROR, logger="placement.node"):
         asyncio.run(run())
     assert "delete the file" in caplog.text
+
+
+def test_a_node_without_state_dir_says_what_it_risks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The one default that can let fencing epochs fall is said at start, with the fix."""
+    from placement.service.node_exclusive import NO_STATE_DIR_WARNING
+
+    async def run() -> None:
+        for state_dir in (None, str(tmp_path / "n1")):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="placement.node"):
+                node = await Node(config("n1", state_dir=state_dir)).start()
+                await node.leave()
+            said = [r.getMessage() for r in caplog.records if r.name == "placement.node"]
+            assert (NO_STATE_DIR_WARNING in said) == (state_dir is None), said
+            if state_dir is None:
+                assert "fencing epochs can fall" in NO_STATE_DIR_WARNING and "--state-dir DIR" in NO_STATE_DIR_WARNING
+
+    asyncio.run(run())

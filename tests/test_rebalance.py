@@ -80,8 +80,8 @@ def test_levels_are_a_log_scale_and_quantising_keeps_rates_within_its_half_step(
 
 
 def test_skewed_clusters_get_below_1_2_in_two_steps_within_9_percent_each_then_stay_put():
-    """Ten draws at N=16, P=1,024: every one >= 1.28 static; after two steps 9 of 10 at or below
-    1.2 and every one below 1.25 (the polish is a local search: ``_polish``)."""
+    """Ten draws at N=16, P=1,024: every one >= 1.28 static; after two steps every one at or
+    below 1.2 (measured 1.04-1.10; before the polish's two-member chains 9 of 10, one at 1.21)."""
     config = TableConfig(1024)
     after = []
     for seed in range(1, 11):
@@ -95,7 +95,7 @@ def test_skewed_clusters_get_below_1_2_in_two_steps_within_9_percent_each_then_s
         after.append(_ratio(weights, rates, config))
         third = plan(weights, LoadReport.of(rates), config)
         assert not third.changed or third.ratio_after <= third.ratio_before - 0.02
-    assert sum(r <= 1.2 for r in after) >= 9 and max(after) < 1.25
+    assert max(after) <= 1.2
 
 
 def test_no_plan_under_the_trigger_and_weight_0_members_stay_out():
@@ -145,3 +145,36 @@ def test_capacities_set_the_shares():
     p = plan(weights, LoadReport.of(rates), config, capacities={"a": 2.0, "b": 1.0, "c": 1.0})
     assert p.changed and p.weights["a"] > p.weights["b"]
     assert p.ratio_after < p.ratio_before
+
+
+def test_a_plan_says_no_budget_only_when_the_budget_held_it_back():
+    config = TableConfig(1024)
+    rates = _skewed(1024, 2)
+    weights = {f"n{i:02d}": 1.0 for i in range(16)}
+    held = plan(weights, LoadReport.of(rates), config, allowance=Fraction(1, 1024))
+    assert (held.changed, held.reason, held.moved) == (False, "no budget", 0)
+    rb = RebalanceConfig(trigger=1.0)
+    for _ in range(20):  # plan until the search finds nothing (each plan gains >= 0.02: few rounds)
+        p = plan(weights, LoadReport.of(rates), config, rb)
+        if not p.changed:
+            break
+        weights = p.weights
+    assert (p.changed, p.reason) == (False, "small gain")  # nothing gains 0.02, budget or not
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(3, 12), st.sampled_from([64, 256]), st.integers(0, 10_000))
+def test_a_plan_is_the_same_with_every_candidate_table_built_from_scratch(n, p, seed):
+    """The planner builds each candidate's table incrementally from a near one (its parent in the
+    polish, else the view's): the reference builds every one from scratch."""
+    rng = random.Random(seed)
+    weights = {f"m{i}": rng.choice([1.0, 0.75, 1.5]) for i in range(n)}
+    config = TableConfig(p, seed=seed % 5)
+    report = LoadReport.of(_skewed(p, seed))
+    rb = RebalanceConfig(trigger=1.0, polish_rounds=12)
+    fast = plan(weights, report, config, rb)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PlacementTable, "with_members",
+                   lambda self, members, zones=None: PlacementTable.from_config(self.config, members))
+        reference = plan(weights, report, config, rb)
+    assert fast == reference

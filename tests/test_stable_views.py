@@ -118,17 +118,28 @@ def test_a_witness_that_accepted_a_successor_grants_no_lease_under_the_old_view(
 
 
 def test_a_member_jumping_over_a_view_must_drop_what_it_owns() -> None:
-    """Ownership carries over only a step from the view the lease was granted under."""
+    """Ownership carries over only a step from the view the lease was granted under. A step
+    whose witnesses still hold a quorum of the lease's grants makes it a lease of the new view
+    (``QuorumLease._carry_grants``), so the next step carries too; one whose new witness set
+    does not leaves it a lease of the old view, so a second step on it does not carry."""
     q = QuorumLease("a", witnesses=1, lease_s=3.0, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0)
     q.set_stable({"a": 1.0}, 0.0)
     q.tick(0.0)  # a is its own witness: the lease is granted at once
     assert q.valid(0.1) and q.lease_num == 1
     q.installs.clear()
-    q.views.receive("b", Decided(2, ("a", "b"), (1.0, 1.0)), 0.2)
-    q.views.receive("b", Decided(3, ("a", "b", "c"), (1.0, 1.0, 1.0)), 0.3)
-    step, second = q.installs
-    assert step.stepped and step.carried  # 1 -> 2 on a lease of view 1
-    assert second.stepped and not second.carried  # 2 -> 3 still on the lease of view 1
+    q.views.receive("b", Decided(2, ("a", "b"), (1.0, 1.0)), 0.2)  # witness: a, as before
+    assert q.lease_num == 2 and q.valid_until == 3.0  # the same grant, now under view 2
+    q.views.receive("b", Decided(3, ("a", "b", "e"), (1.0, 1.0, 1.0)), 0.3)  # witness: e
+    assert q.witnesses == ("e",) and q.lease_num == 2 and q.valid_until == 3.0
+    q.views.receive("b", Decided(4, ("a", "b", "e", "f"), (1.0,) * 4), 0.4)
+    first, second, third = q.installs
+    assert first.stepped and first.carried  # 1 -> 2 on a lease of view 1
+    assert second.stepped and second.carried  # 2 -> 3 on the lease carried into view 2
+    assert third.stepped and not third.carried  # 3 -> 4 still on the lease of view 2
+    q.installs.clear()
+    q.views.receive("b", Decided(6, ("a", "b"), (1.0, 1.0)), 0.5)
+    (jump,) = q.installs
+    assert not jump.stepped and not jump.carried
 
 
 def test_quorums_of_one_witness_set_always_intersect() -> None:

@@ -30,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,8 @@ class LoadBalancer:
         self._last_change: tuple[int, int] | None = None  # (direction, plans then) of this member's weight
         self.gathered: Gathered | None = None  # the latest round's figures
         self.history = PlanHistory()  # the last plans, for the console
+        self._planner: ThreadPoolExecutor | None = None  # (``view_soon``)
+        self._closed = False
 
     # ----- gather ----------------------------------------------------------------------
     async def run(self) -> None:
@@ -152,6 +155,32 @@ class LoadBalancer:
         return codes
 
     # ----- plan ------------------------------------------------------------------------
+    def view_soon(self, view: View) -> Future[Plan | None] | None:
+        """``view`` on this balancer's own thread, in the order views are given. A plan takes
+        0.4-0.7 s at N=64, P=4,096 (the polish's chains: docs/benchmarks-log.md, "Load-aware
+        weights: drift or quantisation?"); on the application's event loop it stalled every
+        request that long, once a round. One worker keeps the views in order, so every member
+        still plans from the same views in the same sequence; the weight it sets goes to the
+        membership thread as before (``set_weight`` is thread-safe). None once closed."""
+        if self._closed:
+            return None
+        if self._planner is None:
+            self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"placement-plan-{self.node_id}")
+        return self._planner.submit(self._view_logged, view)
+
+    def _view_logged(self, view: View) -> Plan | None:
+        try:
+            return self.view(view)
+        except Exception:  # a plan that fails changes nothing; the next view plans again
+            _log.exception("planning load-aware weights from stable view %d failed", view.num)
+            return None
+
+    def close(self) -> None:
+        """Stop planning: views not yet planned are dropped (the node is leaving or closed)."""
+        self._closed = True
+        if self._planner is not None:
+            self._planner.shutdown(wait=False, cancel_futures=True)
+
     def view(self, view: View) -> Plan | None:
         """A new stable view: plan once per committed set of figures, and set this node's weight
         to the plan's. Returns the plan made, if any (each is recorded in ``history``)."""

@@ -250,6 +250,8 @@ class Node:
     def _end_streams(self) -> None:
         if self._balancing is not None:
             self._balancing.cancel()
+        if self._balancer is not None:
+            self._balancer.close()
         self._mode.close()
         for stream in self._streams:
             stream.close()
@@ -543,7 +545,7 @@ class Node:
         if self._members_seen is not None:
             self._recompute(self._members_seen)
         if self._balancer is not None and not self._leaving and not self._closed:
-            self._balancer.view(view)
+            self._balancer.view_soon(view)  # (off the event loop: a plan can take most of a second)
 
     def _recompute(self, members: tuple[MemberInfo, ...]) -> None:
         """The placement snapshot clients route by: the table of the followed view (exclusive mode,

@@ -50,6 +50,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger("placement.node")
 #: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
 _survival_log = logging.getLogger("placement.survival")
+#: Logged at start by an exclusive node without ``--state-dir``: the one default that can let
+#: fencing epochs fall (docs/ownership.md rule 8, "Witness state"; BENCHMARKS.md "Goals not met").
+NO_STATE_DIR_WARNING = (
+    "no --state-dir: should this node restart while it is a witness, it forgets what it promised (stable views, "
+    "the fencing-epoch reserves it granted), and fencing epochs can fall after that restart (seen in the "
+    "simulator's fault schedules; never with --state-dir). Give every node --state-dir DIR on storage that "
+    "survives restarts (docs/ownership.md, \"Witness state\")")
 
 
 class ExclusiveOwnership:
@@ -131,7 +138,9 @@ class ExclusiveOwnership:
         c = self._config
         self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir, home=c.state_home)
         self._seeds = self._members_file.start_seeds(join, new_cluster=c.new_cluster)
-        if c.state_dir is not None:
+        if c.state_dir is None:
+            _log.warning(NO_STATE_DIR_WARNING)
+        else:
             state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
             restored = state_file.load()
             if not self._seeds:

@@ -1,9 +1,14 @@
 """``placement status --url URL``: the console's summary in a terminal (``--watch``, ``--json``).
 
 It reads the endpoints the page reads (``/v1/members``, ``/v1/placement``, ``/v1/agreement``,
-``/v1/events``, ``/v1/ownership`` for what the cluster survives) and works the balance out from
-the snapshot itself (``summary.balance``), so a script gets the same numbers from ``--json`` as
-an operator from the table.
+``/v1/events``, ``/v1/ownership`` for what the cluster survives, ``/v1/balancing`` for each
+member's load) and works the balance out from the snapshot itself (``summary.balance``), so a
+script gets the same numbers from ``--json`` as an operator from the table.
+
+Load (issue 33): work per second on the partitions each member leads and its ratio to the mean,
+as the node's ``GET /v1/balancing`` reports them. A node without ``--load-aware`` has no figures,
+and a node older than that endpoint answers 404: the columns then show ``-`` (``None`` in
+``--json``) instead of failing, so one ``placement`` works against a cluster being upgraded.
 """
 
 from __future__ import annotations
@@ -27,12 +32,10 @@ RECENT_KINDS = ("placement", "joined", "dead", "left", "declared-dead", "refused
 
 
 def _get(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response:
-    import httpx  # imported where used: every ``placement`` command registers this module (~50 ms)
+    return _checked(_fetch(client, url, path, **kw), url, path)
 
-    try:
-        r = client.get(url + path, **kw)
-    except httpx.HTTPError as exc:
-        raise PlacementError(f"cannot reach {url}: {exc}") from None
+
+def _checked(r: httpx.Response, url: str, path: str) -> httpx.Response:
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail", r.text)
@@ -40,6 +43,15 @@ def _get(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response
             detail = r.text
         raise PlacementError(f"{url}{path}: HTTP {r.status_code}: {detail}")
     return r
+
+
+def _fetch(client: httpx.Client, url: str, path: str, **kw: Any) -> httpx.Response:
+    import httpx  # imported where used: every ``placement`` command registers this module (~50 ms)
+
+    try:
+        return client.get(url + path, **kw)
+    except httpx.HTTPError as exc:
+        raise PlacementError(f"cannot reach {url}: {exc}") from None
 
 
 def collect(client: httpx.Client, url: str, recent: int = 10) -> dict[str, Any]:
@@ -61,16 +73,39 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
     events = _get(client, url, "/v1/events", params={"limit": 1000}).json()
     ownership = _get(client, url, "/v1/ownership").json()
     survival = ownership.get("survival")  # null: available mode, no view yet
+    loads = member_loads(_balancing(client, url))
     table = snap.table
     leads, replicas = table.load(), table.load(leader_only=False)
     for m in members:
         m["leads"], m["replica_of"] = leads.get(m["id"], 0), replicas.get(m["id"], 0)
+        m["load"], m["load_over_mean"] = loads.get(m["id"], (None, None))
     moves = [e for e in events["events"] if e["kind"] in RECENT_KINDS][-recent:] if recent else []
     return {
         "node": events["node"], "url": url, "checksum": snap.checksum, "partitions": table.partitions,
         "replicas": table.replicas, "members": members, "agreement": agreement, "balance": balance(table),
         "recent": moves, "survival": survival, "security_warning": ownership.get("security_warning"),
     }
+
+
+def _balancing(client: httpx.Client, url: str) -> Any:
+    """``GET /v1/balancing``'s body, or None from a node older than it (404)."""
+    r = _fetch(client, url, "/v1/balancing")
+    return None if r.status_code == 404 else _checked(r, url, "/v1/balancing").json()
+
+
+def member_loads(body: Any) -> dict[str, tuple[float | None, float | None]]:
+    """id -> (load, load over mean) from a ``/v1/balancing`` body; members or fields it lacks
+    (a node without ``--load-aware``, an older node: ``body`` None) are left out or None."""
+    rows = body.get("members") if isinstance(body, dict) else None
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and isinstance(row.get("id"), str):
+            out[row["id"]] = (_number(row.get("load")), _number(row.get("load_over_mean")))
+    return out
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def render(s: dict[str, Any], now: float | None = None) -> str:
@@ -82,11 +117,14 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
     lines = [f"node {s['node']} at {s['url']}  placement {s['checksum'][:12]}  "
              f"{s['partitions']} partitions x {s['replicas']} replicas",
              "members: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
-             f"{'id':<16}{'status':<9}{'incarnation':>12}{'weight':>8}{'leads':>7}{'replica of':>11}{'heard':>8}  http"]
+             f"{'id':<16}{'status':<9}{'incarnation':>12}{'weight':>8}{'leads':>7}{'replica of':>11}"
+             f"{'load/s':>10}{'x mean':>8}{'heard':>8}  http"]
     for m in sorted(s["members"], key=lambda m: m["id"]):
-        heard = m.get("heard_s_ago")
+        heard, load, ratio = m.get("heard_s_ago"), m.get("load"), m.get("load_over_mean")
         lines.append(f"{m['id']:<16}{m['status']:<9}{m['incarnation']:>12}{m['weight']:>8g}{m['leads']:>7}"
-                     f"{m['replica_of']:>11}{'-' if heard is None else f'{heard:.1f}s':>8}  {m['http']}")
+                     f"{m['replica_of']:>11}{'-' if load is None else f'{load:.4g}':>10}"
+                     f"{'-' if ratio is None else f'{ratio:.2f}':>8}"
+                     f"{'-' if heard is None else f'{heard:.1f}s':>8}  {m['http']}")
     if s.get("security_warning"):  # right under the first line: before everything else
         lines.insert(1, f"WARNING: {s['security_warning']}")
     v = s.get("survival")
