@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/bench_scale.py [--nodes 256 512 1024] [--seeds 1 | A:B]
         [--duration 600] [--only steady crash-one crash-many] [--json FILE]
-    PYTHONPATH=build/mypyc python benchmarks/bench_scale.py ...   # the compiled membership core (`make sim-fast`)
+    PYTHONPATH=build/mypyc python benchmarks/bench_scale.py ...   # the mypyc build (`make sim-fast`)
 
 One run per (N, seed) of ``swim-exclusive`` (``run_scenario("steady", ...)``, the per-step
 invariants on, the cores' own index checks off, as ``placement simulate``), ``--duration``
@@ -27,6 +27,10 @@ simulated seconds after the bootstrap, on one timeline (D = duration):
   from the ownership intervals); the goal is takeover <= detection + 1 s. Orphan
   partition-seconds (exact) from the kill to the next phase (crash-one) or to the end.
 * the traffic over the whole run, the wall and CPU time of the run.
+* **reassembly**: ownership messages each process's ``Reassembler`` gave up (evicted at its
+  bound of ``max_partial`` messages in assembly, or malformed once assembled; ``dropped``), summed
+  over the run's processes (a victim's counted when it is killed), the most at one process, and
+  how many processes gave any up: a witness that gives up renewals fences healthy members.
 
 ``--only`` keeps some of steady / crash-one / crash-many (the timeline stays; without kills the
 steady window runs to D). Progress goes to stderr; two markdown tables (ownership, traffic) and
@@ -56,6 +60,12 @@ from simulations.stats import percentiles  # noqa: E402
 
 PHASES = ("steady", "crash-one", "crash-many")
 SYSTEM = "swim-exclusive"
+
+
+def _given_up(node) -> int:
+    """Messages the process's ownership reassembler gave up so far (module docstring)."""
+    glue = getattr(node, "glue", None)
+    return 0 if glue is None else glue.proto.fragments.dropped
 
 
 class _Timed:
@@ -153,6 +163,7 @@ def one_run(n: int, seed: int, duration: float, phases: tuple[str, ...], kills: 
                    if x.up and not x.leaving and getattr(x, "own", None) is not None and x.own.owned]
             victim = sim.scenario_rng.sample(ids, 1)
             witness = victim[0] in witnesses_now([x for x in cluster.nodes.values() if x.up])
+            marks.setdefault("given_up", []).append(_given_up(cluster.nodes[victim[0]]))
             cluster.crash(victim)
             marks.setdefault("kills", []).append((label, victim[0], sim.now, witness))
 
@@ -199,6 +210,7 @@ def one_run(n: int, seed: int, duration: float, phases: tuple[str, ...], kills: 
             "takeover_s": None if takeover is None else round(takeover, 3),
             "gap_s": None if detection is None or takeover is None else round(takeover - detection, 3)})
     end = cluster.sim.now
+    given_up = marks.get("given_up", []) + [_given_up(x) for x in cluster.nodes.values() if x.up]
     orphan = {}
     if "crash-one" in phases:
         orphan["crash-one"] = log.summary(t0 + crash_one_at, t0 + many_from if "crash-many" in phases else end,
@@ -221,6 +233,8 @@ def one_run(n: int, seed: int, duration: float, phases: tuple[str, ...], kills: 
         "traffic_steady": rec.traffic(since="quiet", until="quiet_end"),
         "traffic_run": r["traffic"],
         "max_datagram_bytes": r["max_datagram_bytes"],
+        "reassembly_given_up": {"total": sum(given_up), "max_per_process": max(given_up, default=0),
+                                "processes": sum(1 for g in given_up if g)},
         "run_wall_s": r["wall_s"], "run_cpu_s": round(cpu, 1), "steps": r["steps"],
         "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         "load": round(os.getloadavg()[0], 1),
@@ -344,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     for res in results:
         print(traffic_row(res))
     print()
+    for res in results:
+        if res["settled"]:
+            g = res["reassembly_given_up"]
+            print(f"N={res['nodes']:,} seed {res['seed']}: ownership messages the reassemblers gave up: {g['total']} "
+                  f"({g['processes']} processes, at most {g['max_per_process']} at one)")
     print(law(results))
     return 0
 

@@ -57,20 +57,27 @@ def runs(n: int, hour: float, stalls_s: float) -> dict[str, dict]:
 
 
 def membership_build() -> str:
-    """Which membership core runs: the sources, or a mypyc build of them (exit if it is stale)."""
+    """Which membership core (and ownership rules) run: the sources, or a mypyc build of them
+    (``make sim-fast`` copies and compiles both packages; exit if a copy is stale)."""
     import membership.core
+    import ownership.core
 
-    pkg = os.path.dirname(os.path.abspath(membership.core.__file__))
-    src = os.path.join(ROOT, "membership")
-    if os.path.samefile(pkg, src):
-        return "pure Python"
-    built = os.path.join(pkg, "{}")
-    stale = [f for f in sorted(os.listdir(src)) if f.endswith(".py") and not (
-        os.path.exists(built.format(f)) and filecmp.cmp(os.path.join(src, f), built.format(f), shallow=False))]
-    if stale:
-        sys.exit(f"{pkg} was built from older sources ({', '.join(stale)} changed): run `make sim-fast`")
-    compiled = not membership.core.__file__.endswith(".py")
-    return f"{'compiled with mypyc' if compiled else 'pure Python'}, from {pkg}"
+    ran = []
+    for mod in (membership.core, ownership.core):
+        pkg = os.path.dirname(os.path.abspath(mod.__file__ or ""))
+        name = os.path.basename(pkg)
+        src = os.path.join(ROOT, name)
+        if os.path.samefile(pkg, src):
+            ran.append("pure Python")
+            continue
+        built = os.path.join(pkg, "{}")
+        stale = [f for f in sorted(os.listdir(src)) if f.endswith(".py") and not (
+            os.path.exists(built.format(f)) and filecmp.cmp(os.path.join(src, f), built.format(f), shallow=False))]
+        if stale:
+            sys.exit(f"{pkg} was built from older sources ({', '.join(stale)} changed): run `make sim-fast`")
+        compiled = not (mod.__file__ or "").endswith(".py")
+        ran.append(f"{'compiled with mypyc' if compiled else 'pure Python'}, from {pkg}")
+    return ran[0] if ran[1] == "pure Python" else f"{ran[0]}; ownership: {ran[1]}"
 
 
 def speed(n: int, sim_s: float, repeat: int, seed: int, check_cores: bool = False) -> None:

@@ -165,7 +165,7 @@ from .messages import (
     Suspect,
 )
 from .probing import Prober
-from .status import ALIVE, LEFT, Status
+from .status import ALIVE, LEFT, LIVE_STATUSES, SUSPECT, Status
 from .suspicion import Suspicion
 from .updates import Updates
 from .view import Member, View
@@ -265,6 +265,22 @@ class Swim:
     def live_members(self) -> list[MemberInfo]:
         """Alive and suspect members, self included: the set placement owns partitions from."""
         return [m for m in self.members() if m.is_live]
+
+    def live_weights(self) -> tuple[dict[str, float], list[str]]:
+        """The live members' weights by id (self included, in the order of ``live_members``)
+        and which of them are suspect: what ownership reads after every change of the view,
+        without a ``MemberInfo`` built per member (at N=1,024 that was 2/3 of the bootstrap's
+        time: every join is a change at every member; issue 34)."""
+        members = self._view.members
+        weights: dict[str, float] = {}
+        suspects: list[str] = []
+        for k in sorted(members):
+            m = members[k]
+            if m.status in LIVE_STATUSES:
+                weights[k] = m.meta.weight
+                if m.status == SUSPECT:
+                    suspects.append(k)
+        return weights, suspects
 
     def member(self, node_id: str) -> MemberInfo | None:
         m = self._view.members.get(node_id)

@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,18 @@ class _Outgoing:
     generation: int  # the lease generation when it was queued (a note refused later: ``_refused``)
 
 
+@dataclass(frozen=True, eq=False)  # compared by the identity of its objects, never by value
+class _Against:
+    """A local view against a stable view (``Ownership._against_stable``): the same weights;
+    the stable view's members missing from the local one; every local member's weight the
+    stable view's (the local view adds no member and changes no weight)."""
+    view: Mapping[str, float]
+    stable: View
+    same: bool
+    removed: Set[str]
+    weights_kept: bool
+
+
 @dataclass
 class Counters:
     acquired: int = 0
@@ -220,6 +232,12 @@ class Ownership:
         #: member's id and start.
         self._incarnation = incarnation if incarnation else 1 + zlib.crc32(f"{me}@{now!r}".encode())
         self.view: dict[str, float] = {me: 0.0}
+        #: The local view against the stable view (``_against_stable``) and this member's rank in
+        #: the local view (``_rank``), each with the objects it was computed from: ``self.view``
+        #: is only ever replaced, never changed in place, and a ``View`` is immutable, so they
+        #: are computed again only when one of those objects changed.
+        self._against: _Against | None = None
+        self._ranked: tuple[object, int] | None = None
         #: No acquisition other than by note before then (rule 9): every ownership that could
         #: still exist under an older view has ended by then.
         self._create_after = math.inf
@@ -531,8 +549,26 @@ class Ownership:
         lease = self.lease
         return (self.fenced_reason is None and not self.leaving and not self._restarted
                 and not (self.waiting or self.free or self._to_pass) and self._release_due == math.inf
-                and not (lease.help_choose or lease.installs or lease.condemned) and self.view == lease.weights
+                and not (lease.help_choose or lease.installs or lease.condemned) and self._view_is_stable()
                 and self._loads_due_at() > self._now)
+
+    def _against_stable(self) -> _Against:
+        """The local view against the stable view, computed once per pair of objects: the rules
+        ask on every datagram and tick, and comparing N weights each time was 69 % of an N=1,024
+        simulation's steady state, and 15 % while a dead member was still in the stable view
+        (issue 34, py-spy of ``bench_scale.py``)."""
+        stable = self.lease.views.view
+        known = self._against
+        if known is None or known.view is not self.view or known.stable is not stable:
+            weights = stable.by_member
+            known = self._against = _Against(
+                self.view, stable, self.view == weights, weights.keys() - self.view.keys(),
+                all(weights.get(m) == w for m, w in self.view.items()))
+        return known
+
+    def _view_is_stable(self) -> bool:
+        """``self.view == self.lease.weights`` (``_against_stable``)."""
+        return self._against_stable().same
 
     @property
     def valid_until(self) -> float:
@@ -652,20 +688,21 @@ class Ownership:
         # A member that has not yet heard what the stable view's proposer heard would propose the
         # past back: so a view with a member it never saw, or a changed weight, only once changed
         # since the stable view was learned.
-        stable = lease.weights
-        if not lease.help_choose and self.view == stable:
+        against = self._against_stable()
+        same = against.same
+        if not lease.help_choose and same:
             if now >= self._loads_due_at() and self._may_refresh_loads(now):
                 lease.propose(self.view, now, self._rank(), loads=self._loads[0], loads_at=self._loads[1])
             return  # nothing else to propose (the steady state; the test at the end says the same)
-        removed = stable.keys() - self.view.keys()
+        removed = against.removed
         # Members seen to die or leave need no settling: waiting would only delay takeovers. Only
         # the members ranked first (as many as there are witnesses: the live witnesses and the
         # next in line) propose such a view at once; the others only once it has settled, as any
         # view, by which time one of those has had it chosen. Every member proposing at once cost
         # each member a Prepare to every witness and their Promises, at every death: at N=256,
         # about 10 of a member's datagrams per view change (issue 34).
-        removals = bool(removed) and removed <= self.gone.keys() and all(
-            stable.get(m) == w for m, w in self.view.items()) and self._rank() < self.config.witnesses
+        removals = (bool(removed) and removed <= self.gone.keys() and against.weights_kept
+                    and self._rank() < self.config.witnesses)
         # Otherwise only a view that settled and changed since the stable view was learned. (A
         # removal seen here is news whenever it was seen; without this, a view learned just after
         # the death was never followed by one without the dead member: fuzz seed 327.)
@@ -683,7 +720,7 @@ class Ownership:
             now - lease.learned_at >= STALE_STABLE_VIEWS * self.config.stable_after_s)
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and news))
-        if lease.help_choose or (settled and self.view != stable and lease.valid(now)
+        if lease.help_choose or (settled and not same and lease.valid(now)
                                  and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
             lease.propose(self.view, now, self._rank(), **self._proposed_loads())
 
@@ -783,8 +820,13 @@ class Ownership:
             self._send(src, NoView(msg.round, role), once=True)
 
     def _rank(self) -> int:
-        """Back-off order of competing proposers: this member's place in the witness ranking."""
-        return witnesses_of(self.view, len(self.view)).index(self.me)
+        """Back-off order of competing proposers: this member's place in the witness ranking of
+        its view (ranked once per view: it is read on every datagram while a dead member is
+        still in the stable view, and ranking N members was 23 % of such a run at N=1,024)."""
+        known = self._ranked
+        if known is None or known[0] is not self.view:
+            known = self._ranked = (self.view, witnesses_of(self.view, len(self.view)).index(self.me))
+        return known[1]
 
     def _placement_view(self, without_me: bool = False) -> dict[str, float]:
         """Who may lead partitions: the *stable* view (the same at every member holding a lease

@@ -82,13 +82,14 @@ class MemberOwnership:
         if not self._view_dirty and live is None:
             return False
         self._view_dirty = False
-        members = self.member.live_members() if live is None else live
-        view: dict[str, float] = {}
-        suspects = []
-        for m in members:
-            view[m.node_id] = m.meta.weight
-            if m.status == SUSPECT:
-                suspects.append(m.node_id)
+        if live is None:
+            view, suspects = self.member.live_weights()
+        else:
+            view, suspects = {}, []
+            for m in live:
+                view[m.node_id] = m.meta.weight
+                if m.status == SUSPECT:
+                    suspects.append(m.node_id)
         self.proto.set_view(view, suspects, now)
         return True
 

@@ -189,6 +189,22 @@ def test_suspect_is_still_a_live_member():
     assert live["n1"] == SUSPECT
 
 
+def test_live_weights_says_what_live_members_says():
+    """``live_weights`` (what the ownership glue feeds the rules) is ``live_members`` in short:
+    the same ids in the same order, their weights, the suspects among them."""
+    net = build_cluster(6, seed=9)
+    net.crash("n5")
+    assert net.run_until_true(lambda: all_see(net, "n5", DEAD), 20.0)
+    net.inject("n0", forge(net.config, "liar", [Suspect("n1", 0, "liar")]))
+    for node in net.up_nodes():
+        live = node.core.live_members()
+        weights, suspects = node.core.live_weights()
+        assert list(weights.items()) == [(m.node_id, m.meta.weight) for m in live]
+        assert suspects == [m.node_id for m in live if m.status == SUSPECT]
+    assert net.nodes["n0"].core.live_weights()[1] == ["n1"]
+    assert "n5" not in net.nodes["n0"].core.live_weights()[0]
+
+
 def _lonely_core(config: MembershipConfig, n_members: int) -> Swim:
     """A core that learned of n_members silent members by gossip (and is not probing yet)."""
     core = Swim(config, "me", ("10.0.0.1", 1), rng=random.Random(0), now=0.0)
