@@ -7,21 +7,13 @@ from __future__ import annotations
 import json
 
 from placement.table import PlacementTable
-from placement_cli.main import main
 from spark_jobs import route
+
+from test_cli_validation import run
 
 MEMBERS = {"a1": 1.0, "a2": 1.0, "b1": 2.0, "b2": 1.0, "c1": 1.0, "x": 1.0}
 ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "c1": "c"}  # x: a zone of its own
 
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's usage errors
-        assert isinstance(exc.code, int), exc.code
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _member_args():
