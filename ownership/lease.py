@@ -418,16 +418,15 @@ class QuorumLease:
         self._past = [*self._past, old.ck][-16:]
         self._rounds.clear()
         self._grant_reserves.clear()
-        if not (carried and self._carry_grants()):
+        carry = carried and self._carry_grants()
+        if not carry:
             self._grants.clear()
+        if not carry or self.valid_until - now < self.rolling_margin_s:
             # A lease under the new view at once, not at the next renewal: creation (a takeover)
-            # needs one (``Ownership._may_create``), and waiting for the renewal cost up to renew_s.
-            self._next_round = min(self._next_round, now)
-        elif self.valid_until - now < self.rolling_margin_s:
-            # The round under way went with the old view's rounds, and the lease cannot wait for
-            # the next one: a round now (a smallest quorum, ``_targets``). Without it a member
-            # that stepped just after starting a round in its margin fenced itself
-            # (healthy_drops crash-proposer seed 47).
+            # needs one (``Ownership._may_create``), and waiting for the renewal cost up to
+            # renew_s. Carried, only without the margin to wait: the round under way went with
+            # the old view's rounds, and a member that stepped just after starting one in its
+            # margin fenced itself (healthy_drops crash-proposer seed 47).
             self._next_round = min(self._next_round, now)
         # The view travels with a request only to a witness that answered from behind it, and
         # that one is asked again at once (``on_reply``). Sending it along to every witness
@@ -623,19 +622,11 @@ class QuorumLease:
         makes a quorum of two of four, that would ask the dead one for good; seed 55 of
         crash-lagged.)"""
         witnesses = self.witnesses
-        trial = dict(self._grants)
-        if self.me in witnesses:
-            trial[self.me] = now  # (asked in the same round, for free)
+        grants = {**self._grants, self.me: now} if self.me in witnesses else self._grants  # (itself: free)
         out: dict[str, float] = {}
         for w in witnesses:
-            before = trial.get(w)
-            trial[w] = now
-            best = quorum_best(trial, witnesses)
+            best = quorum_best({**grants, w: now}, witnesses)
             out[w] = -math.inf if best is None else best[0]
-            if before is None:
-                del trial[w]
-            else:
-                trial[w] = before
         return out
 
     def _smallest_quorum(self, missed: set[str]) -> tuple[str, ...]:

@@ -167,17 +167,9 @@ def test_a_joiner_with_a_lease_under_a_view_without_it_is_not_ready():
     """A joiner can be granted a lease under the view it was taught before its witnesses admit
     it (seen in CI: the witness of the test above ready, its stable view the two workers'). It
     owns nothing there, so it must not say ready: a load balancer would route to it."""
-    from types import SimpleNamespace
+    from placement.service.node_exclusive import pause_reason
 
-    from placement.service.node_exclusive import ExclusiveOwnership
-
-    mode = ExclusiveOwnership(config("w", weight=0.0), node=None, events=None)  # type: ignore[arg-type]
-    own = SimpleNamespace(fenced_reason=None, me="w", lease=SimpleNamespace(stable=("n1", "n2")))
-    mode._runner = SimpleNamespace(own=own)  # type: ignore[assignment]
-    assert mode.paused() == ("not yet a member of the stable view (2 members): waiting for its witnesses "
-                             "to admit this member")
-    own.lease.stable = ("n1", "n2", "w")
-    assert mode.paused() is None
-    own.lease.stable = ()
-    own.fenced_reason = "no stable view yet"
-    assert mode.paused() == "no stable view yet"
+    assert pause_reason(None, "w", ("n1", "n2")) == ("not yet a member of the stable view (2 members): waiting "
+                                                     "for its witnesses to admit this member")
+    assert pause_reason(None, "w", ("n1", "n2", "w")) is None
+    assert pause_reason("no stable view yet", "w", ()) == "no stable view yet"

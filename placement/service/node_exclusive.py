@@ -59,6 +59,17 @@ NO_STATE_DIR_WARNING = (
     "survives restarts (docs/ownership.md, \"Witness state\")")
 
 
+def pause_reason(fenced: str | None, me: str, stable: tuple[str, ...]) -> str | None:
+    """Why a member owns nothing now, from its core's fence reason and its stable view: also a
+    joiner not yet in that view. It can hold a lease under the view it was taught before its
+    witnesses admit it, and owns nothing there, so it is not ready (a load balancer would route
+    to it)."""
+    if fenced is None and stable and me not in stable:
+        return (f"not yet a member of the stable view ({len(stable)} members): waiting for its "
+                "witnesses to admit this member")
+    return fenced
+
+
 class ExclusiveOwnership:
     """``OwnershipMode`` for ``"exclusive"`` (module docstring). Its reads raise before the node
     has started, as the node's ``table`` does: there is no runner to ask yet."""
@@ -110,13 +121,7 @@ class ExclusiveOwnership:
 
     def paused(self) -> str | None:
         own = self.runner.own
-        reason = own.fenced_reason
-        stable = own.lease.stable
-        if reason is None and stable and own.me not in stable:
-            # A joiner can hold a lease under the view it was taught before its witnesses admit
-            # it: it owns nothing there, so it is not ready (a load balancer would route to it).
-            reason = (f"not yet a member of the stable view ({len(stable)} members): waiting for its "
-                      "witnesses to admit this member")
+        reason = pause_reason(own.fenced_reason, own.me, own.lease.stable)
         if reason is not None and self._seeds and not self._config.join and not own.lease.stable:
             assert self._members_file is not None
             reason += (f"; rejoining cluster {self._config.cluster!r} through the members this node last knew in it "
