@@ -216,7 +216,8 @@ class Ownership:
 
     def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
                  now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None,
-                 incarnation: int | None = None, may_found: bool = False, first_view: int = 1) -> None:
+                 incarnation: int | None = None, may_found: bool = False, first_view: int = 1,
+                 restored_yields: bool = False) -> None:
         self.me = me
         self.config = config
         self._tables = tables
@@ -226,7 +227,7 @@ class Ownership:
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now,
                                  fence_s=config.fence_drain_s, quiet_s=0.0 if founder else 2 * config.lease_s,
-                                 restored=restored, genesis=genesis)
+                                 restored=restored, genesis=genesis, restored_yields=restored_yields)
         #: The incarnation a view this member founds or bootstraps carries (``View.inc``): the
         #: driver draws it at random; without one (the simulator, tests) it is a function of the
         #: member's id and start.

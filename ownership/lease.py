@@ -242,7 +242,8 @@ class QuorumLease:
 
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
                  max_drift: float, now: float, quiet_s: float = 0.0, fence_s: float = 0.0,
-                 restored: WitnessState | None = None, genesis: View | None = None) -> None:
+                 restored: WitnessState | None = None, genesis: View | None = None,
+                 restored_yields: bool = False) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
@@ -259,8 +260,10 @@ class QuorumLease:
         #: ``restored`` (what its previous process promised, kept by the driver): no quiet time.
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed,
-                                 restored=None if restored is None else restored.views, genesis=genesis)
+                                 restored=None if restored is None else restored.views, genesis=genesis,
+                                 on_yield=self._yielded if restored_yields else None)
         self._quiet_s = quiet_s if restored is None or restored.views.forgetful else 0.0
+        self._restart_quiet_s = quiet_s  # (for a restored record that yields: ``_yielded``)
         if genesis is not None:
             # A witness of the genesis may be a restart whose cluster chose view 1 long ago: it
             # votes for a first view only after the quiet time, as any restart (a running cluster
@@ -340,6 +343,14 @@ class QuorumLease:
         dict.update(self._reserves, state.reserves)
         dict.update(self._condemnations, state.condemnations)
         self._nonce_seq = max(state.nonce_seq, *state.condemnations.values(), 0)
+
+    def _yielded(self) -> None:
+        """The restored record yielded to another incarnation (``StableViews._yield_restored``):
+        what it restored is dropped too, so this member is the process that kept nothing."""
+        self._quiet_s = self._restart_quiet_s
+        for tracked in (self._reserves, self._condemnations):
+            for key in list(tracked):
+                del tracked[key]
 
     @property
     def durable_changes(self) -> int:
@@ -774,7 +785,7 @@ class QuorumLease:
     # ------------------------------------------------------------------ witness side
 
     def on_request(self, src: str, req: LeaseReq, now: float) -> LeaseReply:
-        self.views.heard(src, req.inc, now)  # (a restarted witness: the requester is of its history)
+        self.views.heard(src, req.inc, now, req.num)  # (a restarted witness: the requester is of its history)
         if req.num > self.num and req.members:
             self._learn(req, now)  # the requester is ahead of us
         nonce = self._condemnations.get(src, 0)

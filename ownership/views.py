@@ -309,8 +309,12 @@ class StableViews:
     def __init__(self, me: str, *, witnesses: int, resend_s: float, quiet_until: float,
                  send: Callable[[str, ViewMessage], None],
                  on_install: Callable[[View, View, float], None],
-                 restored: AcceptorState | None = None, genesis: View | None = None) -> None:
+                 restored: AcceptorState | None = None, genesis: View | None = None,
+                 on_yield: Callable[[], None] | None = None) -> None:
         self.me = me
+        #: ``restored`` yields to another incarnation (``_yield_restored``): given, it is called
+        #: when it does. None: the record binds (``--state-dir``), another incarnation is refused.
+        self._on_yield = on_yield
         #: Bootstrap without a founder: the members allowed to choose the first view, as a view
         #: numbered 0 that every such member is configured with (``Ownership``'s ``bootstrap``).
         #: View 1 is then chosen like any successor, by a quorum of its witnesses: one first view,
@@ -349,6 +353,8 @@ class StableViews:
         #: An incarnation other than the restored view's, heard while that view is not installed
         #: again (0: none): the record is from an earlier cluster of the same name (``heard``).
         self.foreign_inc = 0
+        #: The restored record yielded to another incarnation (``_yield_restored``).
+        self.yielded = False
         #: ``DecidedStep``s this member could not apply (it held another view, or a stale or
         #: mangled step): it learns the view otherwise (a lease reply, a later ``Decided``).
         self.steps_missed = 0
@@ -387,7 +393,10 @@ class StableViews:
             # alone: a cluster founded anew numbers its first view by the clock, above the old
             # cluster's views (``ownership.core``, rule 11).
             self.foreign_inc = view.inc
-            return False
+            if self._on_yield is None:
+                return False
+            self._yield_restored()
+            restored = None
         if restored is not None and view.num < restored.view.num:
             self.older_refused = max(self.older_refused, view.num)
             return False  # older than a view this acceptor held before it restarted (chosen since)
@@ -622,7 +631,7 @@ class StableViews:
             return None
         return Decided.of(r.view)
 
-    def heard(self, src: str, inc: int, now: float) -> None:
+    def heard(self, src: str, inc: int, now: float, num: int = 0) -> None:
         """A member whose stable view is of incarnation ``inc`` spoke to this acceptor. If that
         is the incarnation of the view this acceptor restored and has not installed again, the
         restored view is installed now: it was chosen (its previous process installed it), in
@@ -632,19 +641,42 @@ class StableViews:
         755: a witness that was alone a quorum chose a view of itself alone, then restarted).
         Not at start: a record left from an earlier cluster of the same name would then pull a
         new cluster onto a view of the old one; the incarnation tells them apart
-        (``foreign_inc``: the latest other incarnation heard, for the driver's log)."""
+        (``foreign_inc``: the latest other incarnation heard, for the driver's log). ``num``: the
+        number of the speaker's view; a record that yields does so only to a view numbered above
+        its own, as a cluster founded anew is (rule 11), not to a late ``Accept`` of a first view
+        that lost to the one it restored (its value carries its proposer's incarnation)."""
         r = self._restored
         if r is None or not inc or not r.view.inc or src == self.me:
             return  # (itself: its own requests carry what it restored, which proves nothing)
         if inc != r.view.inc:
             self.foreign_inc = inc
+            if self._on_yield is not None and num > r.view.num:
+                self._yield_restored()
             return
         self.install(r.view, now)
 
+    def _yield_restored(self) -> None:
+        """Another incarnation spoke while the restored view is not installed again, and the
+        record yields (``on_yield``: a node's default state, kept without the operator asking
+        for it): drop the record and go on as a process that kept none, *forgetful*, so it
+        waits the quiet time before it votes in a view that names it. That is what the same
+        process started without the record would do, so the record never leaves a node worse
+        off than keeping none; and it never votes in the restored view's history again, since
+        any view it installs from now on is of the other incarnation, numbered above (rule 11).
+        A record that binds (``--state-dir``) refuses the other incarnation instead."""
+        assert self._on_yield is not None
+        self._restored = None
+        self._forgetful = True
+        self.yielded = True
+        self.durable_changes += 1
+        self._on_yield()
+
     def receive(self, src: str, msg: ViewMessage, now: float) -> ViewMessage | None:
         """Handle one message; the reply to send back to ``src``, if any."""
-        if isinstance(msg, (Prepare, Accept, Decided, DecidedStep)):
-            self.heard(src, msg.inc, now)
+        if isinstance(msg, (Prepare, Accept)):
+            self.heard(src, msg.inc, now, msg.slot - 1)
+        elif isinstance(msg, (Decided, DecidedStep)):
+            self.heard(src, msg.inc, now, msg.num)
         if isinstance(msg, Prepare):
             return self._on_prepare(src, msg, now)
         if isinstance(msg, Accept):

@@ -57,6 +57,9 @@ class SwimSystem:
         #: them, by node id: kept across crashes and given to the restarted process, as
         #: ``--state-dir`` does. None (the default): a restarted process forgets them.
         self.durable: dict[str, WitnessState] | None = None
+        #: With ``durable``: a restored record yields to another incarnation, as a node's default
+        #: record (no ``--state-dir``: ``ownership.views.StableViews._yield_restored``).
+        self.durable_yields = False
         #: Restarted processes rejoin through the members they knew (the node's members file)
         #: and may found (rule 11), as a node restarted without ``--join``; False: through
         #: running members, as with ``--join``.
@@ -86,7 +89,7 @@ class SwimSystem:
                         on_event=cluster.metrics.member_event, clock_offset_s=offset,
                         exclusive=self.exclusive, drain_s=self.drain_s,
                         on_ownership=cluster.metrics.ownership, durable=self.durable,
-                        rejoin_files=self.rejoin_files)
+                        durable_yields=self.durable_yields, rejoin_files=self.rejoin_files)
 
     def settled(self, cluster: Cluster) -> bool:
         members = [n for n in cluster.nodes.values() if n.up and not n.leaving]

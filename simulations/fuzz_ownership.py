@@ -55,7 +55,7 @@ def wide_schedule(seed: int, nodes_range: tuple[int, int] = (3, 12)) -> tuple[in
 
 def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0, *,
         epochs_invariant: bool = True, wide: bool = False,
-        nodes_range: tuple[int, int] = (3, 12), durable_state: bool = False,
+        nodes_range: tuple[int, int] = (3, 12), durable_state: bool | str = False,
         bootstrap: bool = False, rejoin_files: bool = False) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
@@ -63,7 +63,8 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
     ``wide_schedule`` (``nodes`` is then drawn from ``nodes_range``). ``settled_at`` in the
     result: when the last fault ended (the heal, or a freeze that outlasted it), after warm-up.
     ``durable_state``: a restarted witness gets back the promises its previous process
-    persisted (``--state-dir``), and so takes part in choosing views at once. ``rejoin_files``:
+    persisted (``--state-dir``), and so takes part in choosing views at once (``"yields"``: a
+    node's default record, which yields to another incarnation). ``rejoin_files``:
     every restart rejoins through the members its previous process knew and may found a
     cluster (rule 11), as a node restarted without ``--join``."""
     if wide:
@@ -196,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the wider schedules: cluster size from --nodes-range, bursts, repeated restarts, "
                         "long one-way cuts, witness restarts during view changes (module docstring)")
     p.add_argument("--nodes-range", default="3:12", help="with --wide: A:B, cluster sizes A..B (default 3:12)")
-    p.add_argument("--durable-state", action="store_true",
-                   help="witnesses keep their promises across restarts, as with --state-dir")
+    p.add_argument("--durable-state", nargs="?", const="binds", choices=("binds", "yields"), default=None,
+                   help="witnesses keep their promises across restarts, as with --state-dir; 'yields': as a "
+                        "node's default record (no --state-dir), which yields to a cluster founded anew")
     p.add_argument("--bootstrap", action="store_true",
                    help="no founder: every node starts as with --join, and the first three are the "
                         "--bootstrap list that chooses the first stable view (README, \"Forming a cluster\")")
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
-                    wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state,
+                    wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state or False,
                     bootstrap=args.bootstrap, rejoin_files=args.rejoin_file)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:

@@ -151,7 +151,8 @@ class SwimNode(Node):
                  on_event: Callable[[SwimNode, MemberEvent], None], clock_offset_s: float = 0.0,
                  exclusive: ExclusiveConfig | None = None, drain_s: float = 0.0,
                  on_ownership: Callable[[SwimNode, object], None] | None = None,
-                 durable: dict[str, WitnessState] | None = None, rejoin_files: bool = False) -> None:
+                 durable: dict[str, WitnessState] | None = None, rejoin_files: bool = False,
+                 durable_yields: bool = False) -> None:
         super().__init__(sim, node_id, index, weight)
         #: A restarted process rejoins through the members its previous process knew live when
         #: it stopped (the node's members file, ``placement.service.members_file``) instead of
@@ -163,6 +164,7 @@ class SwimNode(Node):
         #: Stable storage of witness promises, by node id (``SwimSystem.durable``): what a
         #: process wrote before sending is what its restart gets back. None: forgotten.
         self.durable = durable
+        self.durable_yields = durable_yields  # (``SwimSystem.durable_yields``)
         #: Exclusive ownership (``ownership.core``) when set; None: every node leads what
         #: its own table says (availability first, the behaviour before exclusive ownership).
         self.exclusive = exclusive
@@ -217,7 +219,8 @@ class SwimNode(Node):
             restored = None if self.durable is None or founder else self.durable.get(self.node_id)
             own = Ownership(self.node_id, self.exclusive, self._table_of, now, founder=founder,
                             weight=self.weight, restored=restored, may_found=rejoining and bool(seeds),
-                            first_view=1 + int(now))  # (the simulated clock: 1 at the start)
+                            first_view=1 + int(now),  # (the simulated clock: 1 at the start)
+                            restored_yields=self.durable_yields)
             # The node's shell around the rules (decoding, packing, promises kept before sending)
             # and its glue to the membership core (view feed, addresses, leave, timer).
             self.glue = MemberOwnership(

@@ -268,10 +268,11 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  params: dict[str, Any] | None = None, progress=None,
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None,
-                 check_cores: bool = True, durable_state: bool = False, bootstrap: bool = False,
+                 check_cores: bool = True, durable_state: bool | str = False, bootstrap: bool = False,
                  rejoin_files: bool = False) -> dict[str, Any]:
     """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
-    ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``).
+    ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``);
+    ``"yields"``: as a node's default record, which yields to another incarnation.
     ``rejoin_files``: restarts rejoin through the members they knew and may found, as nodes
     restarted without ``--join`` (``SwimSystem.rejoin_files``).
     ``bootstrap``: nobody founds the cluster; the first three nodes are the ``--bootstrap`` list
@@ -301,6 +302,7 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
         if not hasattr(sys_, "durable"):
             raise ValueError(f"system {system!r} has no witnesses to keep state for")
         sys_.durable = {}
+        sys_.durable_yields = durable_state == "yields"
     if rejoin_files:
         if getattr(sys_, "exclusive", None) is None:
             raise ValueError(f"system {system!r} has no members files (exclusive ownership only)")

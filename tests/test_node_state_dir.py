@@ -83,15 +83,43 @@ def test_a_corrupt_state_file_stops_the_node_with_an_error_naming_it(tmp_path: P
         asyncio.run(node.start())
 
 
-def test_a_founder_refuses_to_found_a_cluster_over_kept_promises(tmp_path: Path) -> None:
-    async def run() -> None:
+def test_a_cluster_of_one_restarted_founds_anew_with_its_epochs_above(tmp_path: Path) -> None:
+    """Its record binds nobody else: the founder sets it aside and founds again, its first view
+    numbered by the clock above the old one (so its fencing epochs are above the old ones)."""
+    async def run() -> int:
         first = await Node(config("n1", state_dir=str(tmp_path))).start()
         await eventually(lambda: _view_num(first) >= 1, what="the founder's view")
+        num = _view_num(first)
         await first.leave()
+        return num
+
+    before = asyncio.run(run())
+
+    async def again() -> None:
+        node = await Node(config("n1", state_dir=str(tmp_path))).start()
+        assert _view_num(node) >= before
+        assert node.ownership_status()["stable_members"] == 1
+        await node.leave()
+
+    asyncio.run(again())
+    assert (tmp_path / (FILE_NAME + ".replaced")).exists()
+
+
+def test_a_founder_refuses_to_found_over_promises_to_others_unless_told_new_cluster(tmp_path: Path) -> None:
+    """Its view named others and none of them is on file (the members file was lost): it may
+    not found beside them without the operator's word (``--new-cluster``)."""
+    held = WitnessState(AcceptorState(View.of(9, {"n1": 1.0, "n2": 1.0}, 0x01D), (0, ""), None))
+    StateFile(str(tmp_path), cluster="placement", node="n1").save(held)
+    with pytest.raises(InvalidConfigError, match=r"holds stable view 9 .*--join.*--new-cluster"):
+        asyncio.run(Node(config("n1", state_dir=str(tmp_path))).start())
+
+    async def run() -> None:
+        node = await Node(config("n1", state_dir=str(tmp_path), new_cluster=True)).start()
+        assert _view_num(node) > 9
+        await node.leave()
 
     asyncio.run(run())
-    with pytest.raises(InvalidConfigError, match=r"holds stable view \d+ .*--join"):
-        asyncio.run(Node(config("n1", state_dir=str(tmp_path))).start())
+    assert _state(tmp_path / (FILE_NAME + ".replaced"), "n1") == held
 
 
 def test_the_witness_command_exits_2_on_a_bad_state_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,19 +163,59 @@ def test_a_state_file_from_an_earlier_cluster_of_the_same_name_is_reported(
     assert "delete the file" in caplog.text
 
 
-def test_a_node_without_state_dir_says_what_it_risks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The one default that can let fencing epochs fall is said at start, with the fix."""
+def test_a_node_keeps_its_witness_state_by_default_and_warns_only_when_it_keeps_none(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Without --state-dir the record lives beside the members file (under the state home):
+    a user who never read docs/ownership.md still gets epochs that never fall. Only a node
+    that keeps none (``--no-state-dir``) says, at start, what it risks and the fix."""
     from placement.service.node_exclusive import NO_STATE_DIR_WARNING
 
+    home = tmp_path / "home"
+
     async def run() -> None:
-        for state_dir in (None, str(tmp_path / "n1")):
+        for keep, state_dir in ((True, None), (True, str(tmp_path / "n1")), (False, None)):
             caplog.clear()
             with caplog.at_level(logging.WARNING, logger="placement.node"):
-                node = await Node(config("n1", state_dir=state_dir)).start()
+                node = await Node(config("n1", state_dir=state_dir, keep_state=keep, state_home=str(home))).start()
+                if keep and state_dir is None:
+                    default = home / "placement" / "n1.witness.state"
+                    state = _state(default, "n1")
+                    assert state.views.view.num == _view_num(node) > 0  # (the founder's first view)
                 await node.leave()
             said = [r.getMessage() for r in caplog.records if r.name == "placement.node"]
-            assert (NO_STATE_DIR_WARNING in said) == (state_dir is None), said
-            if state_dir is None:
-                assert "fencing epochs can fall" in NO_STATE_DIR_WARNING and "--state-dir DIR" in NO_STATE_DIR_WARNING
+            assert any(NO_STATE_DIR_WARNING in m for m in said) == (not keep), said
+        assert "fencing epochs can fall" in NO_STATE_DIR_WARNING and "--state-dir DIR" in NO_STATE_DIR_WARNING
 
     asyncio.run(run())
+
+
+def test_no_state_dir_and_state_dir_do_not_combine(tmp_path: Path) -> None:
+    with pytest.raises(InvalidConfigError, match="--no-state-dir keeps none"):
+        config("n1", state_dir=str(tmp_path), keep_state=False)
+
+
+def test_a_default_record_of_an_earlier_cluster_yields_to_the_new_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A whole cluster founded anew under the same name (``make run`` twice: n1 --new-cluster,
+    the others --join it), its joiners holding default records of the cluster before: they
+    join the new cluster as members that kept no promises, with a warning (a --state-dir
+    record refuses instead: the test above)."""
+    home = tmp_path / "home"
+    old = WitnessState(AcceptorState(View.of(50, {"n1": 1.0, "n2": 1.0}, 0x01D), (0, ""), None), {"n1": 1 << 17})
+    (home / "placement").mkdir(parents=True)
+    StateFile.beside(str(home / "placement" / "n2.json"), cluster="placement", node="n2").save(old)
+
+    async def run() -> None:
+        first = await Node(config("n1", new_cluster=True, state_home=str(home))).start()
+        second = await Node(config("n2", join=[first.member.bound], state_home=str(home))).start()
+        await eventually(lambda: _view_num(second) == _view_num(first) > 50
+                         and second.ownership_status()["stable_members"] == 2,
+                         timeout_s=30, what="the joiner in the new cluster's view")
+        await second.leave()
+        await first.leave()
+
+    with caplog.at_level(logging.WARNING, logger="placement.survival"):
+        asyncio.run(run())
+    assert "held what this node promised in an earlier cluster named 'placement'" in caplog.text
+    kept = _state(home / "placement" / "n2.witness.state", "n2")
+    assert kept.views.view.inc != 0x01D and kept.reserves.get("n1") != 1 << 17

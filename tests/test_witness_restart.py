@@ -135,9 +135,10 @@ def test_the_durable_counter_rises_with_every_change_and_only_then() -> None:
     assert changes == [0, 2, 3, 3, 4]  # (installing its first view with no quiet time: no longer forgetful)
 
 
-def _lease(me: str, restored: WitnessState | None = None, quiet_s: float = 6.0) -> QuorumLease:
+def _lease(me: str, restored: WitnessState | None = None, quiet_s: float = 6.0,
+           yields: bool = False) -> QuorumLease:
     return QuorumLease(me, witnesses=3, lease_s=3.0, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
-                       quiet_s=quiet_s, restored=restored)
+                       quiet_s=quiet_s, restored=restored, restored_yields=yields)
 
 
 def test_a_restarted_witness_keeps_reserves_and_condemnations() -> None:
@@ -247,6 +248,89 @@ def test_a_restarted_witness_keeps_out_of_a_cluster_founded_anew_under_its_name(
     assert w.receive("p1", Prepare(2, 1, FIRST_I.ck, INC + 1), 1.0) is None
     assert w.receive("p1", Decided(1, FIRST_I.members, FIRST_I.weights, INC + 1), 1.1) is None
     assert installed == [] and w.view.num == 0 and w.foreign_inc == INC + 1
+
+
+NEW_INC = INC + 1
+NEW_FIRST = View.of(1_000, dict.fromkeys(MEMBERS, 1.0), NEW_INC)  # founded anew: numbered by the clock
+
+
+OLD = View.of(2, dict.fromkeys(MEMBERS, 1.0), INC)  # the earlier cluster's view a default record holds
+
+
+def _kept_by_default() -> WitnessState:
+    """A node's default record (no ``--state-dir``): view ``OLD`` of incarnation INC, a
+    reserve, a condemnation, and a promise and an acceptance for the view's successor."""
+    w = _lease(W1, quiet_s=0.0)
+    w.views.install(OLD, 0.5)
+    assert w.on_request("d", LeaseReq(1, 1, OLD.ck, reserve=1 << 16, num=OLD.num), 0.6).granted
+    assert w.on_condemn("c", Condemn("e", OLD.ck, 7), 0.7).ok
+    w.views.receive("p1", Prepare(3, 4, OLD.ck, INC), 0.8)
+    w.views.receive("p1", Accept(3, 4, OLD.ck, X.members, X.weights, INC), 0.9)
+    state = w.durable_state()
+    assert state.views.accepted is not None and state.reserves and state.condemnations
+    return state
+
+
+@given(via=st.sampled_from(["prepare", "decided", "request"]))
+@settings(max_examples=12, deadline=None)
+def test_a_default_record_yields_to_a_cluster_founded_anew(via: str) -> None:
+    """A record the node kept without being asked (no ``--state-dir``) yields to another
+    incarnation: the member drops it and goes on as one that kept nothing, forgetful, so the
+    view of the new cluster that names it makes it wait the quiet time, as a restart without
+    a record would. It keeps none of the old cluster's reserves or condemnations, and answers
+    nothing of the old incarnation's history (its promise and acceptance are gone with it, and
+    it only ever installs the new cluster's views, numbered above)."""
+    w = _lease(W1, restored=_kept_by_default(), yields=True)
+    before = w.durable_changes
+    if via == "prepare":
+        assert w.views.receive("p1", Prepare(NEW_FIRST.num + 1, 1, NEW_FIRST.ck, NEW_INC), 1.0) is None
+    elif via == "decided":
+        w.views.receive("p1", Decided(NEW_FIRST.num, NEW_FIRST.members, NEW_FIRST.weights, NEW_INC), 1.0)
+    else:  # taught in a lease request of the new cluster's member
+        w.on_request(W2, LeaseReq(1, 1, NEW_FIRST.ck, num=NEW_FIRST.num, members=NEW_FIRST.members,
+                                  weights=NEW_FIRST.weights, inc=NEW_INC), 1.0)
+    assert w.views.yielded and w.views.foreign_inc == NEW_INC
+    assert w.durable_changes > before  # (the driver writes the record down again: forgetful, empty)
+    state = w.durable_state()
+    assert state.views.forgetful and "d" not in state.reserves and not state.condemnations  # (the old ones)
+    assert state.views.accepted is None and state.views.promised == (0, "")
+    if via == "prepare":  # not taught yet: it learns the new view, and is quiet in it
+        w.views.receive("p1", Decided(NEW_FIRST.num, NEW_FIRST.members, NEW_FIRST.weights, NEW_INC), 1.5)
+    assert w.views.view == NEW_FIRST
+    assert w.views.quiet_until >= 1.0 + 6.0 and w.views.forgetful
+    assert w.views.receive("p1", Prepare(NEW_FIRST.num + 1, 1, NEW_FIRST.ck, NEW_INC), 2.0) is None  # quiet
+    # The old cluster's proposer for the restored view's successor gets no promise from it.
+    reply = w.views.receive("p9", Prepare(3, 9, OLD.ck, INC), 2.1)
+    assert not (isinstance(reply, Promise) and reply.ok)
+
+
+def test_a_default_record_still_resumes_its_own_cluster() -> None:
+    """Yielding changes nothing when the member hears its own incarnation: it installs the
+    view it restored and keeps its promises (no quiet time), as a ``--state-dir`` record."""
+    kept = _kept_by_default()
+    w = _lease(W1, restored=kept, yields=True)
+    w.views.receive("p1", Prepare(3, 5, OLD.ck, INC), 1.0)
+    assert w.views.view == OLD and not w.views.yielded and not w.views.forgetful
+    assert w.durable_state().views.accepted == kept.views.accepted
+    assert w.durable_state().reserves == kept.reserves
+
+
+def test_a_default_record_does_not_yield_to_a_first_view_that_lost() -> None:
+    """A late ``Accept`` for view 1 from a bootstrap proposer that lost carries its own
+    incarnation, not the chosen view's: it is no cluster founded anew (not numbered above the
+    record's view), so the record stays."""
+    first = View.of(1, dict.fromkeys(MEMBERS, 1.0), INC)
+    w = _lease(W1, restored=WitnessState(AcceptorState(first, (0, ""), None)), yields=True)
+    w.views.receive("p2", Accept(1, 3, 0, first.members, first.weights, INC + 5), 1.0)
+    assert not w.views.yielded and w.views.durable_state().view == first
+
+
+def test_a_record_that_binds_does_not_yield() -> None:
+    """``--state-dir``: the same record refuses the other incarnation (the node logs what to do)."""
+    w = _lease(W1, restored=_kept_by_default())
+    w.views.receive("p1", Decided(NEW_FIRST.num, NEW_FIRST.members, NEW_FIRST.weights, NEW_INC), 1.0)
+    assert w.views.view.num == 0 and not w.views.yielded and w.views.foreign_inc == NEW_INC
+    assert w.durable_state().views.accepted is not None
 
 
 def test_a_restarted_witness_of_a_record_without_incarnation_waits_to_be_taught() -> None:

@@ -139,10 +139,47 @@ def test_a_file_of_another_node_is_a_configuration_error(tmp_path: Path) -> None
 
 def test_a_founder_over_kept_promises_is_refused(tmp_path: Path) -> None:
     f = StateFile(str(tmp_path), cluster="prod", node="a")
-    f.check_founder(None)
-    f.check_founder(WitnessState())
-    with pytest.raises(InvalidConfigError, match=r"holds stable view 7 .* --join"):
-        f.check_founder(STATE)
+    assert f.check_founder(None, new_cluster=False) is None
+    assert f.check_founder(WitnessState(), new_cluster=False) == WitnessState()
+    f.save(STATE)
+    with pytest.raises(InvalidConfigError, match=r"holds stable view 7 .* \(3 members\).* --join .* --new-cluster"):
+        f.check_founder(STATE, new_cluster=False)
+    assert f.load() == STATE  # (refused: the file is left as it was)
+
+
+@pytest.mark.parametrize("case", ["new-cluster", "alone"])
+def test_a_founder_sets_the_record_aside_when_that_is_safe_or_asked_for(
+        tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture) -> None:
+    """``--new-cluster`` is the operator's word that the old cluster is done with; a record of
+    a cluster of this node alone, with no successor on its way, binds nobody else. Either way
+    the record is kept aside (``.replaced``), and a fresh one, forgetful, takes its place."""
+    alone = WitnessState(AcceptorState(View.of(7, {"a": 1.0}, inc=0x5EED), (4, "a"), None), {"a": 1 << 17})
+    state = STATE if case == "new-cluster" else alone
+    f = StateFile(str(tmp_path), cluster="prod", node="a")
+    f.save(state)
+    with caplog.at_level(logging.WARNING, logger="placement.survival"):
+        assert f.check_founder(state, new_cluster=case == "new-cluster") is None
+    assert decode((tmp_path / (FILE_NAME + ".replaced")).read_bytes(), cluster="prod", node="a") == state
+    fresh = f.load()
+    assert fresh is not None and fresh.views.view.num == 0 and fresh.views.forgetful
+    assert "kept aside" in caplog.text
+
+
+def test_a_founder_alone_in_its_view_with_a_successor_on_its_way_is_refused(tmp_path: Path) -> None:
+    """Its successor may name others, who could hold leases under it: not a cluster of one."""
+    pending = WitnessState(AcceptorState(View.of(7, {"a": 1.0}, inc=1), (3, "a"), ((3, "a"), NEXT)))
+    f = StateFile(str(tmp_path), cluster="prod", node="a")
+    with pytest.raises(InvalidConfigError, match="holds stable view 7"):
+        f.check_founder(pending, new_cluster=False)
+
+
+def test_the_default_file_lives_beside_the_members_file(tmp_path: Path) -> None:
+    f = StateFile.beside(str(tmp_path / "prod" / "a.json"), cluster="prod", node="a")
+    assert f.implicit and f.path == str(tmp_path / "prod" / "a.witness.state")
+    assert f.load() is None and (tmp_path / "prod" / "a.witness.state").exists()
+    (tmp_path / "prod" / "a.witness.state").write_bytes(b"junk")
+    with pytest.raises(InvalidConfigError, match=r"^/.*a\.witness\.state: "):  # named by its path, not a flag
+        f.load()
 
 
 def test_a_directory_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:

@@ -61,9 +61,12 @@ class NodeConfig:
     #: says, at once; two owners possible during splits and freezes: ``node_available``).
     ownership: str = "exclusive"
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
-    #: Where the witness keeps what it promised across restarts (``witness_state``); None:
-    #: it forgets, and a restart waits the quiet time before voting (docs/ownership.md).
+    #: Where the witness keeps what it promised across restarts (``witness_state``); None: in
+    #: a file beside the members file (under ``state_home``), unless ``keep_state`` is False.
     state_dir: str | None = None
+    #: False (``--no-state-dir``): keep no witness state; a restart forgets its promises and
+    #: waits the quiet time before voting, and fencing epochs can fall (docs/ownership.md).
+    keep_state: bool = True
     #: Found a new cluster even if this node's members file lists members of one it was in
     #: (``placement node --new-cluster``): without it, a node started with no ``join`` seeds
     #: that was a member of a cluster rejoins that cluster (``members_file``).
@@ -80,6 +83,9 @@ class NodeConfig:
             raise InvalidConfigError(f"ownership must be 'exclusive' or 'available', got {self.ownership!r}")
         if self.new_cluster and self.join:
             raise InvalidConfigError("--new-cluster founds a new cluster, and --join joins a running one: drop one")
+        if self.state_dir is not None and not self.keep_state:
+            raise InvalidConfigError("--state-dir keeps the witness state in DIR, and --no-state-dir keeps none: "
+                                     "drop one")
         if self.state_dir is not None and self.ownership != "exclusive":
             raise InvalidConfigError("--state-dir keeps a witness's promises, and only exclusive ownership has "
                                      "witnesses: drop --state-dir or --ownership available")

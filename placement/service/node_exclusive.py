@@ -37,7 +37,7 @@ from .node_bridge import AppBridge, PendingRelease
 from .node_config import NodeConfig
 from .node_mode import Addr, NodeSide
 from .node_ownership import ExclusiveRunner, Grant
-from .witness_state import StateFile
+from .witness_state import StateFile, UnusableStateDir
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -50,12 +50,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger("placement.node")
 #: What the cluster survives, logged when it changes (``placement node`` shows its INFO lines too).
 _survival_log = logging.getLogger("placement.survival")
-#: Logged at start by an exclusive node without ``--state-dir``: the one default that can let
-#: fencing epochs fall (docs/ownership.md rule 8, "Witness state"; BENCHMARKS.md "Goals not met").
+#: Logged by an exclusive node that keeps no witness state (``--no-state-dir``, or its default
+#: place is not writable): what can then let fencing epochs fall (docs/ownership.md rule 8,
+#: "Witness state").
 NO_STATE_DIR_WARNING = (
-    "no --state-dir: should this node restart while it is a witness, it forgets what it promised (stable views, "
+    "should this node restart while it is a witness, it forgets what it promised (stable views, "
     "the fencing-epoch reserves it granted), and fencing epochs can fall after that restart (seen in the "
-    "simulator's fault schedules; never with --state-dir). Give every node --state-dir DIR on storage that "
+    "simulator's fault schedules; never with witness state). Give every node --state-dir DIR on storage that "
     "survives restarts (docs/ownership.md, \"Witness state\")")
 
 
@@ -144,11 +145,27 @@ class ExclusiveOwnership:
         self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir, home=c.state_home)
         self._seeds = self._members_file.start_seeds(join, new_cluster=c.new_cluster)
         if c.state_dir is not None:
-            state_file = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
-            restored = state_file.load()
-            if not self._seeds:
-                state_file.check_founder(restored)
-            self._state = (state_file, restored)
+            state_file: StateFile | None = StateFile(c.state_dir, cluster=c.cluster, node=c.node_id)
+        elif c.keep_state:
+            state_file = StateFile.beside(self._members_file.path, cluster=c.cluster, node=c.node_id)
+        else:
+            state_file = None
+        restored = None
+        if state_file is not None:
+            try:
+                restored = state_file.load()
+            except UnusableStateDir as exc:
+                if not state_file.implicit:
+                    raise
+                # The default place cannot be used (a read-only home, as in many containers): run
+                # as before the default existed, and say so. A file it can read but not believe
+                # still stops the start (it may hold promises).
+                _log.warning("%s; running without witness state (%s)", exc, NO_STATE_DIR_WARNING)
+                state_file = None
+            else:
+                if not self._seeds:
+                    restored = state_file.check_founder(restored, new_cluster=c.new_cluster)
+        self._state = (state_file, restored)
         return self._seeds
 
     def open(self, member: Member, thread: MembershipThread) -> ExclusiveRunner:
@@ -161,12 +178,13 @@ class ExclusiveOwnership:
             c.node_id, exclusive, c.table_config, founder=not self._seeds, weight=c.weight, member=member,
             cluster=c.cluster, keys=c.membership_config().keys, hooks=AppBridge(thread, self).hooks(),
             state_file=state_file, restored=restored, members_file=self._members_file,
+            restored_yields=state_file is not None and state_file.implicit,
             may_found=bool(self._seeds) and not c.join)
         return self._runner
 
     def started(self) -> None:
-        if self._config.state_dir is None:  # (once running: a start that fails says only why)
-            _log.warning(NO_STATE_DIR_WARNING)
+        if not self._config.keep_state:  # (once running: a start that fails says only why)
+            _log.warning("--no-state-dir: %s", NO_STATE_DIR_WARNING)
         if not self._seeds:
             assert self._members_file is not None
             # Bound, so no other process of this node runs: the old cluster's members, if any,

@@ -103,8 +103,12 @@ NODE_FLAGS = (
               "(exclusive mode; at least 2; default 0: off, weights stay as given)"),
     _NodeFlag("--state-dir", argtypes.non_empty, None,
               "directory where this member keeps what it promised as a witness (written and fsynced before it "
-              "answers), so a restart keeps those promises; default: none (a restart forgets them and waits "
-              "before voting)"),
+              "answers), so a restart keeps those promises and fencing epochs never fall; default: a file beside "
+              "the members file, under ~/.local/state/placement (give a DIR on a volume that survives restarts "
+              "where home does not, as in a container)"),
+    _NodeFlag("--no-state-dir", argtypes.boolean, False,
+              "keep no witness state: a restart forgets its promises, waits before voting, and fencing epochs "
+              "can fall after it (docs/ownership.md)", switch=True),
 )
 _WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -214,7 +218,8 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         ownership=v["ownership"],
         exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
                                   bootstrap=v["bootstrap"]),
-        join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], tls_cert=tls_cert, tls_key=tls_key,
+        join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], keep_state=not v["no_state_dir"],
+        tls_cert=tls_cert, tls_key=tls_key,
         new_cluster=v["new_cluster"], load_aware_s=v["load_aware"],
     )
     return config, http

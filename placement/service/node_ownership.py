@@ -55,6 +55,7 @@ from .witness_state import StateFile
 __all__ = ["Grant", "ExclusiveRunner", "Holding"]
 
 _log = logging.getLogger("placement.node")
+_survival_log = logging.getLogger("placement.survival")  # (how a cluster forms: shown by ``placement node``)
 #: 2020-01-01 UTC: a founder numbers its first view by the seconds since, so that the fencing
 #: epochs of a cluster founded anew (after every member restarted without ``--state-dir``)
 #: are above those of the cluster before it (``ownership.core``, rule 11).
@@ -102,7 +103,8 @@ class ExclusiveRunner:
     def __init__(self, node_id: str, config: ExclusiveConfig, table_config: TableConfig, *, founder: bool,
                  member: Member, cluster: str, keys: tuple[bytes, ...], hooks: _Hooks, weight: float = 1.0,
                  state_file: StateFile | None = None, restored: WitnessState | None = None,
-                 members_file: MembersFile | None = None, may_found: bool = False) -> None:
+                 members_file: MembersFile | None = None, may_found: bool = False,
+                 restored_yields: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._member = member
         self._cluster = cluster
@@ -115,7 +117,7 @@ class ExclusiveRunner:
         # founded anew under the same name is then told apart from the old one.
         own = Ownership(node_id, config, self._table_of, self._loop.time(), founder=founder, weight=weight,
                         restored=restored, incarnation=secrets.randbits(61) + 1, may_found=may_found,
-                        first_view=max(1, int(time.time()) - _FIRST_VIEW_ORIGIN))
+                        first_view=max(1, int(time.time()) - _FIRST_VIEW_ORIGIN), restored_yields=restored_yields)
         #: ``--state-dir``: the witness's promises are written there before anything produced
         #: after a change is sent (``placement.service.witness_state``).
         self._state_file = state_file
@@ -273,20 +275,27 @@ class ExclusiveRunner:
             self.holding = dataclasses.replace(self.holding, valid_until=own.valid_until)
         datagrams = self.glue.datagrams_to_send(now)
         views = own.lease.views
-        if views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None:
+        if views.yielded and not self._foreign_told and self._state_file is not None:
+            self._foreign_told = views.foreign_inc
+            _survival_log.warning("%s held what this node promised in an earlier cluster named %r; members of a "
+                                  "cluster founded anew under that name (incarnation %x) spoke to it, so it joins "
+                                  "that cluster as a member that kept no promises (it waits the restart quiet time "
+                                  "before voting)", self._state_file.path, self._cluster, views.foreign_inc)
+        elif views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None \
+                and not views.yielded:
             self._foreign_told = views.foreign_inc
             restored = views.durable_state().view
-            _log.error("--state-dir %s holds stable view %d of an earlier cluster named %r (incarnation %x; the "
+            _log.error("%s holds stable view %d of an earlier cluster named %r (incarnation %x; the "
                        "members heard from are of incarnation %x): it takes no part in this cluster. Stop this "
-                       "node and delete the file (it forgets the old cluster's promises)", self._state_file.path,
+                       "node and delete the file (it forgets the old cluster's promises)", self._state_file.flag,
                        restored.num, self._cluster, restored.inc, views.foreign_inc)
         elif views.older_refused > self._older_told and not views.view.members and self._state_file is not None:
             self._older_told = views.older_refused
             restored_num = views.durable_state().view.num
-            _log.error("--state-dir %s holds stable view %d, but the cluster offers view %d: this member keeps "
+            _log.error("%s holds stable view %d, but the cluster offers view %d: this member keeps "
                        "no view older than one it held. If the cluster was created anew under the same name, "
                        "this file is from the old one: stop this node and delete the file (it forgets those "
-                       "promises)", self._state_file.path, restored_num, views.older_refused)
+                       "promises)", self._state_file.flag, restored_num, views.older_refused)
         for data, addr in datagrams:
             self._member.send_datagram(data, addr)
         if self.glue.left_ready:

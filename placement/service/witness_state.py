@@ -1,4 +1,7 @@
-"""``--state-dir``: the file in which a witness keeps what it promised (issue 29 item 5).
+"""The file in which a witness keeps what it promised (issue 29 item 5): in ``--state-dir``, or
+by default beside the node's members file (``StateFile.beside``; only ``--no-state-dir`` keeps
+none). A default record yields to a cluster founded anew under the same name (the core's
+``restored_yields``); a ``--state-dir`` one refuses it (docs/ownership.md, "Witness state").
 
 The record's format and its checks are pure (``ownership.durable``); this module does the file
 I/O. ``ExclusiveRunner`` writes the core's durable state (``QuorumLease.durable_state``: the
@@ -37,23 +40,54 @@ from ownership.views import AcceptorState
 
 from ..errors import InvalidConfigError
 
-__all__ = ["StateFile", "FILE_NAME"]
+__all__ = ["StateFile", "FILE_NAME", "UnusableStateDir"]
 
 FILE_NAME = "witness.state"
 _log = logging.getLogger("placement.node")
+_survival_log = logging.getLogger("placement.survival")  # (how a cluster forms: shown by ``placement node``)
+
+
+class UnusableStateDir(InvalidConfigError):
+    """The file cannot be read or written (permissions, a read-only file system), as opposed
+    to a file that can be read and cannot be believed."""
 
 
 class StateFile:
-    """The witness state file of node ``node`` of ``cluster`` in ``directory``."""
+    """The witness state file of node ``node`` of ``cluster`` in ``directory`` (``FILE_NAME``,
+    or ``name``). ``implicit``: kept by default, the operator gave no ``--state-dir``
+    (``beside``)."""
 
-    def __init__(self, directory: str, *, cluster: str, node: str) -> None:
+    def __init__(self, directory: str, *, cluster: str, node: str, name: str = FILE_NAME,
+                 implicit: bool = False) -> None:
         self.directory = directory
-        self.path = os.path.join(directory, FILE_NAME)
+        self.path = os.path.join(directory, name)
         self.cluster = cluster
         self.node = node
+        self.implicit = implicit
         self.writes = 0
         self.write_s = 0.0  # total time spent writing (write + fsync + rename + directory fsync)
         self.max_write_s = 0.0
+
+    @classmethod
+    def beside(cls, members_path: str, *, cluster: str, node: str) -> StateFile:
+        """The default file of a node given no ``--state-dir``: beside its members file
+        (``CLUSTER/ID.json`` under the state home), as ``CLUSTER/ID.witness.state``."""
+        directory, name = os.path.split(members_path)
+        return cls(directory, cluster=cluster, node=node, name=os.path.splitext(name)[0] + ".witness.state",
+                   implicit=True)
+
+    @property
+    def flag(self) -> str:
+        """How errors name the file: by the flag that chose it, or as the default one."""
+        return self.path if self.implicit else f"--state-dir {self.path}"
+
+    def set_aside(self, why: str) -> None:
+        """Found a new cluster over this record (``check_founder``): it is renamed
+        ``<file>.replaced`` (one kept, for the curious) and a fresh record is written."""
+        os.replace(self.path, self.path + ".replaced")
+        _survival_log.warning("%s: %s; the record of the cluster before is kept aside as %s.replaced",
+                              self.path, why, self.path)
+        self._save_at_start(WitnessState(AcceptorState(forgetful=True)))
 
     def load(self) -> WitnessState | None:
         """What the previous process of this node promised; None if there was no file (then an
@@ -63,20 +97,21 @@ class StateFile:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            _log.warning("--state-dir: no %s: the first start of node %r with this directory. If this node "
-                         "ran before and its file was lost, it votes on stable views only after the restart "
-                         "quiet time (docs/ownership.md)", self.path, self.node)
+            if not self.implicit:  # (by default, the first start of every node: nothing to say)
+                _log.warning("--state-dir: no %s: the first start of node %r with this directory. If this node "
+                             "ran before and its file was lost, it votes on stable views only after the restart "
+                             "quiet time (docs/ownership.md)", self.path, self.node)
             # Marked forgetful until it may vote (``AcceptorState.forgetful``): if this was a
             # restart whose file was lost, its next restart must not skip the quiet time either.
             self._save_at_start(WitnessState(AcceptorState(forgetful=True)))
             return None
         except OSError as exc:
-            raise InvalidConfigError(f"--state-dir {self.path}: cannot read it: {exc.strerror or exc}") from None
+            raise UnusableStateDir(f"{self.flag}: cannot read it: {exc.strerror or exc}") from None
         try:
             state = decode(data, cluster=self.cluster, node=self.node)
         except StateRecordError as exc:
             raise InvalidConfigError(
-                f"--state-dir {self.path}: {exc}. This file holds what witness {self.node!r} promised; "
+                f"{self.flag}: {exc}. This file holds what witness {self.node!r} promised; "
                 "starting without it could break those promises. Restore it from the volume it was on, or, "
                 "if it is lost for good, delete it: the node then starts as a witness that forgot its "
                 "promises (it waits the restart quiet time before voting, docs/ownership.md)") from None
@@ -87,7 +122,8 @@ class StateFile:
         try:
             self.save(state)
         except OSError as exc:
-            raise InvalidConfigError(f"--state-dir {self.directory}: cannot write {FILE_NAME} there: "
+            where = self.directory if self.implicit else f"--state-dir {self.directory}"
+            raise UnusableStateDir(f"{where}: cannot write {os.path.basename(self.path)} there: "
                                      f"{exc.strerror or exc}") from None
 
     def save(self, state: WitnessState) -> None:
@@ -114,11 +150,25 @@ class StateFile:
         self.write_s += took
         self.max_write_s = max(self.max_write_s, took)
 
-    def check_founder(self, state: WitnessState | None) -> None:
-        """A node started without ``--join`` founds a new cluster: refuse that over the
-        promises of a node that was a member of one."""
-        if state is not None and state.views.view.num > 0:
-            raise InvalidConfigError(
-                f"--state-dir {self.path} holds stable view {state.views.view.num} of cluster {self.cluster!r}: "
-                "this node was a member of a running cluster. Start it with --join to rejoin that cluster, "
-                "or delete the file to found a new cluster")
+    def check_founder(self, state: WitnessState | None, *, new_cluster: bool) -> WitnessState | None:
+        """A node started with no seeds (no ``--join``, no other member on file) founds a new
+        cluster: what it restores then (None: nothing). Refused over the promises of a member of
+        a cluster of others, unless the operator said ``--new-cluster``; over a record of a
+        cluster of this node alone it founds anew, which is safe (below)."""
+        if state is None or state.views.view.num == 0:
+            return state
+        view, accepted = state.views.view, state.views.accepted
+        if new_cluster:
+            self.set_aside("--new-cluster founds a new cluster")
+            return None
+        if set(view.members) <= {self.node} and accepted is None:
+            # Nobody else was in its view and no successor was on its way: no other member can
+            # hold a lease that counts (a joiner taught the view owns nothing in it). Its first
+            # view is numbered by the clock, so its epochs stay above the old ones (rule 11).
+            self.set_aside(f"this node was a cluster of one (stable view {view.num}); it founds it anew")
+            return None
+        raise InvalidConfigError(
+            f"{self.flag} holds stable view {view.num} of cluster {self.cluster!r} ({len(view.members)} members): "
+            "this node was a member of a running cluster, and none of its members is on file to rejoin "
+            "through. Start it with --join to rejoin that cluster, or with --new-cluster to found a new one "
+            "(the file is then set aside)")
