@@ -41,6 +41,7 @@ stdout once every run is done, each run's figures as one JSON line to ``--json``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -125,13 +126,17 @@ class _Timed:
 
 
 def one_run(n: int, seed: int, duration: float, phases: tuple[str, ...], kills: int,
-            partitions: int, warmup_max_s: float) -> dict[str, Any]:
-    """One (N, seed): the timeline of the module docstring; returns the figures."""
+            partitions: int, warmup_max_s: float, witness_groups: int = 0) -> dict[str, Any]:
+    """One (N, seed): the timeline of the module docstring; returns the figures.
+    ``witness_groups``: members per witness group (``ExclusiveConfig.witness_group_members``)."""
     made: dict[str, Any] = {}
 
     def make() -> SwimSystem:
         system = SYSTEMS[SYSTEM]()
         system.warmup_max_s = warmup_max_s
+        if witness_groups:
+            assert system.exclusive is not None
+            system.exclusive = dataclasses.replace(system.exclusive, witness_group_members=witness_groups)
         made["timed"] = _Timed(system)
         return system
 
@@ -218,7 +223,8 @@ def one_run(n: int, seed: int, duration: float, phases: tuple[str, ...], kills: 
     if "crash-many" in phases:
         orphan["crash-many"] = log.summary(t0 + many_from, end, p)["orphan_partition_s_exact"]
     return {
-        "nodes": n, "seed": seed, "partitions": p, "duration_s": duration, "phases": list(phases), "settled": True,
+        "nodes": n, "seed": seed, "partitions": p, "witness_groups": witness_groups, "duration_s": duration,
+        "phases": list(phases), "settled": True,
         "core": membership_build(),
         "bootstrap": {"views_s": timed.views_at, "owned_s": timed.owned_at, "settled_s": round(t0, 3),
                       "wall_s": round(marks["boot_wall"], 1), "cpu_s": round(marks["boot_cpu"], 1)},
@@ -322,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup-max", type=float, default=SwimSystem.warmup_max_s,
                     help="simulated seconds the bootstrap may take before the run fails (SettleError)")
     ap.add_argument("--json", help="append each run's figures to this file, one JSON line per run")
+    ap.add_argument("--witness-groups", type=int, default=0, metavar="M",
+                    help="members per witness group (ExclusiveConfig.witness_group_members; default 0: one group)")
     args = ap.parse_args(argv)
     if ":" in args.seeds:
         a, b = (int(x) for x in args.seeds.split(":"))
@@ -335,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for n in args.nodes:
         for seed in seeds:
-            res = one_run(n, seed, args.duration, phases, args.kills, args.partitions, args.warmup_max)
+            res = one_run(n, seed, args.duration, phases, args.kills, args.partitions, args.warmup_max,
+                          args.witness_groups)
             results.append(res)
             print(json.dumps({k: v for k, v in res.items() if k != "traffic_run"}), file=sys.stderr, flush=True)
             if args.json:

@@ -33,8 +33,16 @@ class ExclusiveConfig:
     lease_s: float = 6.5
     #: A lease round every this often: one witness a round in the steady state (above).
     renew_s: float = 1.25
-    #: Witnesses per stable view (a majority of them must grant a lease).
+    #: Witnesses per stable view (a majority of them must grant a lease); per group, with
+    #: ``witness_group_members``.
     witnesses: int = 5
+    #: Members per witness group: a view of N members has ceil(N / this) groups of
+    #: ``witnesses`` witnesses (as many as the members fill); a member's lease is held by a
+    #: quorum of its group, a successor view is chosen by a quorum of every group, so a
+    #: witness's load stays bounded as N grows (``ownership.views.WitnessSet``;
+    #: docs/ownership.md, "Witness groups"). 0 (the default): one group, whatever N. A
+    #: cluster-wide setting: every member must use the same.
+    witness_group_members: int = 0
     #: The view must be unchanged, without suspects, this long to become the stable view.
     stable_after_s: float = 2.0
     #: The driver is asked to call in at least this often (``get_timer``) while a rule that
@@ -70,6 +78,11 @@ class ExclusiveConfig:
             raise ValueError(f"max_drift must be in [0, 0.1), got {self.max_drift!r}")
         if type(self.witnesses) is not int or not 1 <= self.witnesses <= 15:
             raise ValueError(f"witnesses must be an integer in 1..15, got {self.witnesses!r}")
+        if type(self.witness_group_members) is not int or not (
+                self.witness_group_members == 0 or self.witness_group_members >= self.witnesses):
+            raise ValueError(f"members per witness group (--witness-groups, witness_group_members) must be 0 "
+                             f"(one group) or at least the witnesses per group ({self.witnesses}), got "
+                             f"{self.witness_group_members!r}")
         if not (isinstance(self.bootstrap, tuple) and all(isinstance(m, str) and m for m in self.bootstrap)
                 and len(set(self.bootstrap)) == len(self.bootstrap)):
             raise ValueError(f"bootstrap must be distinct member ids, got {self.bootstrap!r}")

@@ -106,8 +106,8 @@ from .lease import (
     LeaseReq,
     QuorumLease,
     WitnessState,
-    is_quorum,
     view_epoch,
+    witness_set,
     witnesses_of,
 )
 from .messages import (
@@ -227,7 +227,8 @@ class Ownership:
         self.lease = QuorumLease(me, witnesses=config.witnesses, lease_s=config.lease_s, renew_s=config.renew_s,
                                  resend_s=config.resend_s, max_drift=config.max_drift, now=now,
                                  fence_s=config.fence_drain_s, quiet_s=0.0 if founder else 2 * config.lease_s,
-                                 restored=restored, genesis=genesis, restored_yields=restored_yields)
+                                 restored=restored, genesis=genesis, restored_yields=restored_yields,
+                                 per_group=config.witness_group_members)
         #: The incarnation a view this member founds or bootstraps carries (``View.inc``): the
         #: driver draws it at random; without one (the simulator, tests) it is a function of the
         #: member's id and start.
@@ -722,7 +723,7 @@ class Ownership:
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and news))
         if lease.help_choose or (settled and not same and lease.valid(now)
-                                 and is_quorum(self.view.keys() & set(lease.witnesses), lease.witnesses)):
+                                 and lease.views.witness_set.quorum(self.view.keys() & set(lease.witnesses))):
             lease.propose(self.view, now, self._rank(), **self._proposed_loads())
 
     def _proposed_loads(self) -> dict[str, Any]:
@@ -767,8 +768,8 @@ class Ownership:
             return
         if now - self._view_changed_at < self.config.stable_after_s:
             return
-        witnesses = witnesses_of(genesis.members, self.config.witnesses)
-        if is_quorum(self.view.keys() & set(witnesses), witnesses):
+        witnesses = witness_set(genesis.members, self.config.witnesses, self.config.witness_group_members)
+        if witnesses.quorum(self.view.keys() & set(witnesses.all)):
             self.lease.propose(self.view, now, self._rank(), inc=self._incarnation)
 
     def _maybe_found(self, now: float) -> None:

@@ -88,12 +88,14 @@ from .views import (
     StableViews,
     View,
     ViewMessage,
+    WitnessSet,
     is_quorum,
+    witness_set,
     witnesses_of,
 )
 
 __all__ = ["QuorumLease", "LeaseReq", "LeaseReply", "Condemn", "CondemnReply", "LeaseMessage", "Install",
-           "witnesses_of", "is_quorum", "view_epoch", "VIEW_EPOCHS", "WitnessState"]
+           "witnesses_of", "witness_set", "is_quorum", "view_epoch", "VIEW_EPOCHS", "WitnessState"]
 
 #: Fencing epochs a member reserves at a time (``QuorumLease.want``): large, so that asking
 #: for more (one extra lease round) is rare; epochs only need to rise, not to be dense.
@@ -223,7 +225,7 @@ class PreviousView(NamedTuple):
     """The view before the current one, kept after a step: its check, its witnesses (they
     granted every lease held under it) and when this member learned it."""
     ck: int
-    witnesses: tuple[str, ...]
+    witnesses: WitnessSet
     learned_at: float
 
 
@@ -243,7 +245,7 @@ class QuorumLease:
     def __init__(self, me: str, *, witnesses: int, lease_s: float, renew_s: float, resend_s: float,
                  max_drift: float, now: float, quiet_s: float = 0.0, fence_s: float = 0.0,
                  restored: WitnessState | None = None, genesis: View | None = None,
-                 restored_yields: bool = False) -> None:
+                 restored_yields: bool = False, per_group: int = 0) -> None:
         self.me = me
         self.k = witnesses
         self.lease_s = lease_s
@@ -261,7 +263,7 @@ class QuorumLease:
         self.views = StableViews(me, witnesses=witnesses, resend_s=resend_s, quiet_until=-math.inf,
                                  send=self._queue, on_install=self._installed,
                                  restored=None if restored is None else restored.views, genesis=genesis,
-                                 on_yield=self._yielded if restored_yields else None)
+                                 on_yield=self._yielded if restored_yields else None, per_group=per_group)
         self._quiet_s = quiet_s if restored is None or restored.views.forgetful else 0.0
         self._restart_quiet_s = quiet_s  # (for a restored record that yields: ``_yielded``)
         if genesis is not None:
@@ -389,7 +391,14 @@ class QuorumLease:
 
     @property
     def witnesses(self) -> tuple[str, ...]:
+        """Every witness of the stable view: those that choose its successor."""
         return self.views.witnesses
+
+    @property
+    def own_witnesses(self) -> tuple[str, ...]:
+        """The witnesses of this member's lease: its group of the stable view's witnesses
+        (``views.WitnessSet``; with one group, all of them)."""
+        return self.views.own_witnesses
 
     def set_stable(self, members: Iterable[str] | Mapping[str, float], now: float | None = None, *,
                    inc: int | None = None) -> None:
@@ -423,7 +432,8 @@ class QuorumLease:
         stepped = old.num > 0 and new.num == old.num + 1
         carried = stepped and self.valid(now) and self.lease_num == old.num
         self.installs.append(Install(new, stepped, carried, self.valid_until, now))
-        self.previous = PreviousView(old.ck, witnesses_of(old.members, self.k), self.learned_at) if stepped else None
+        self.previous = PreviousView(old.ck, witness_set(old.members, self.k, self.views.per_group),
+                                     self.learned_at) if stepped else None
         self._condemning_prev.clear()
         self.learned_at = now
         self._past = [*self._past, old.ck][-16:]
@@ -467,8 +477,8 @@ class QuorumLease:
         accepted m + 1, and so before anyone learned m + 1. Otherwise (a witness whose grant
         the lease needs left the witness set) the grants are dropped and every witness is asked
         at once, as before (docs/ownership.md, "Leases across a step")."""
-        kept = {w: t for w, t in self._grants.items() if w in self.witnesses}
-        best = quorum_best(kept, self.witnesses)
+        kept = {w: t for w, t in self._grants.items() if w in self.own_witnesses}
+        best = quorum_best(kept, self.own_witnesses)
         if best is None or best[0] + self.lease_s < self.valid_until:
             return False
         self._grants = kept
@@ -510,7 +520,7 @@ class QuorumLease:
         if now >= self._next_round:
             self._next_round = now + self.renew_s
             targets, self._rolling = self._targets(now)
-            targets = targets or self.witnesses or witnesses_of(self._view, self.k)
+            targets = targets or self.own_witnesses or witnesses_of(self._view, self.k)
             self._urgent = False
             ask: set[str] = set()
             for g, seen in self._pending.items():  # after a drop, also ask the witnesses of the dropped lease
@@ -541,12 +551,12 @@ class QuorumLease:
                         and self.valid_until - now < self.rolling_margin_s:
                     self._rolling = False
                     asked = set(self._round_targets)
-                    for w in self._smallest_quorum(self._silent | self._awaiting) or self.witnesses:
+                    for w in self._smallest_quorum(self._silent | self._awaiting) or self.own_witnesses:
                         if w not in asked:
                             self._round_targets = (*self._round_targets, w)
                     self._request([w for w in self._round_targets if w not in asked], now)
                     self._retry_at = now + self.resend_s / 2
-            elif rnd is not None and not is_quorum(rnd[2], self.witnesses):
+            elif rnd is not None and not is_quorum(rnd[2], self.own_witnesses):
                 narrow = self._narrow()
                 self._widen()
                 self._request([w for w in self._round_targets if w not in rnd[2]], now)
@@ -601,7 +611,7 @@ class QuorumLease:
         Anything unusual widens a round to every witness (``_widen``): no quorum by
         ``resend_s``/2, or any refusal - a condemnation, a successor view pending, a witness
         behind - so what one witness refuses for, the others are asked about at once."""
-        witnesses = self.witnesses
+        witnesses = self.own_witnesses
         if self._urgent or not witnesses or self._quorum_since() is None:
             # (The first round of a view or generation asks every witness. Asking a smallest
             # quorum after a step saved 0.3 datagrams/member-s in an N=256 crash-many run, but
@@ -632,7 +642,7 @@ class QuorumLease:
         that moves the lease on, missed or not. (Not always: at a dead first witness, which
         makes a quorum of two of four, that would ask the dead one for good; seed 55 of
         crash-lagged.)"""
-        witnesses = self.witnesses
+        witnesses = self.own_witnesses
         grants = {**self._grants, self.me: now} if self.me in witnesses else self._grants  # (itself: free)
         out: dict[str, float] = {}
         for w in witnesses:
@@ -645,7 +655,7 @@ class QuorumLease:
         answered their last request (not in ``missed``): this member first if it is a witness
         (no datagram), then the others by a hash of (member, witness), so members spread over
         the witnesses. ``()`` when they hold no quorum (then every witness is asked)."""
-        witnesses = self.witnesses
+        witnesses = self.own_witnesses
         order = sorted((w for w in witnesses if w in self._grants and w not in missed),
                        key=lambda w: (w != self.me, self._spread(w), w))
         for i in range(1, len(order) + 1):
@@ -656,7 +666,7 @@ class QuorumLease:
     def _quorum_since(self) -> tuple[float, frozenset[str]] | None:
         """The latest send time T such that the witnesses whose latest grant (this generation,
         this view) was sent at T or later form a quorum, and that quorum; None: no quorum."""
-        return quorum_best(self._grants, self.witnesses)
+        return quorum_best(self._grants, self.own_witnesses)
 
     def _spread(self, w: str) -> int:
         """Members spread over the witnesses (a hash of member and witness), not all on the first."""
@@ -664,11 +674,11 @@ class QuorumLease:
 
     def _narrow(self) -> bool:
         """The current round asked only some of the witnesses."""
-        return not set(self.witnesses) <= set(self._round_targets)
+        return not set(self.own_witnesses) <= set(self._round_targets)
 
     def _widen(self) -> None:
         """Ask the rest of the witnesses in the current round too."""
-        self._round_targets = tuple(dict.fromkeys((*self._round_targets, *self.witnesses)))
+        self._round_targets = tuple(dict.fromkeys((*self._round_targets, *self.own_witnesses)))
 
     def _ask_the_rest(self, now: float) -> None:
         """A witness refused the current round: ask at once the witnesses it did not ask yet."""
@@ -724,7 +734,7 @@ class QuorumLease:
             self.help_choose = True
         self._teach.discard(src)
         rnd = self._rounds.get(r.seq)
-        if rnd is None or src not in self.witnesses:
+        if rnd is None or src not in self.own_witnesses:
             return
         if not r.granted:
             if r.seq == self._seq:
@@ -739,7 +749,7 @@ class QuorumLease:
         # A witness remembers the highest reserve it granted us, so the reserves a quorum
         # granted (one witness each, any rounds) bound what a condemnation quorum learns.
         self._grant_reserves[src] = max(self._grant_reserves.get(src, 0), reserve)
-        confirmed = quorum_best(self._grant_reserves, self.witnesses)
+        confirmed = quorum_best(self._grant_reserves, self.own_witnesses)
         if confirmed is not None:
             self.confirmed_reserve = max(self.confirmed_reserve, int(confirmed[0]))
         if gen != self.generation:
@@ -770,7 +780,7 @@ class QuorumLease:
         be lifted; it refuses nothing now, and if it is a witness again, the echo kept for it
         lifts it without a drop (``on_reply``). Counting it kept a restarted member from taking
         its partitions for good (fuzz --wide --bootstrap --durable-state seed 443)."""
-        return bool(self._heard_condemned) or any(w in self._echo for w in self.witnesses)
+        return bool(self._heard_condemned) or any(w in self._echo for w in self.own_witnesses)
 
     def _note_clean(self, src: str) -> None:
         """``src`` holds no condemnation of us: count it toward "nobody took our partitions"."""
@@ -839,11 +849,12 @@ class QuorumLease:
         if previous:
             if self.previous is None:
                 return
-            ck, witnesses = self.previous.ck, self.previous.witnesses
+            ck, witnesses = self.previous.ck, self.previous.witnesses.of(subject)
         else:
             if not self.witnesses:
                 return
-            ck, witnesses = self.stable_ck, self.witnesses
+            # (The subject's group: its lease quorum was one of that group.)
+            ck, witnesses = self.stable_ck, self.views.witness_set.of(subject)
         self._nonce_seq += 1
         book[subject] = _Condemning(self._nonce_seq, now, ck, witnesses)
         self.tick(now)
@@ -935,7 +946,7 @@ class QuorumLease:
         at the resend check of a round a quorum already granted, which asks no one: leave it out."""
         t = min(self._next_round, self.views.next_time())
         rnd = self._rounds.get(self._seq)
-        answered = rnd is not None and (is_quorum(rnd[2], self.witnesses)
+        answered = rnd is not None and (is_quorum(rnd[2], self.own_witnesses)
                                         or (self._rolling and set(self._round_targets) <= rnd[2]))
         if not (idle and answered):
             t = min(t, self._retry_at)

@@ -54,26 +54,33 @@ class Survival:
                 "warning": self.warning, "summary": self.summary}
 
 
-def _works(alive: set[str], workers: Sequence[str], witnesses: tuple[str, ...]) -> bool:
-    return is_quorum(alive, witnesses) and any(w in alive for w in workers)
+def _works(alive: set[str], workers: Sequence[str], groups: Sequence[tuple[str, ...]]) -> bool:
+    return all(is_quorum(alive, g) for g in groups) and any(w in alive for w in workers)
 
 
-def assess(weights: Mapping[str, float], witnesses: Sequence[str]) -> Survival:
+def assess(weights: Mapping[str, float], witnesses: Sequence[str],
+           groups: Sequence[Sequence[str]] | None = None) -> Survival:
     """What the stable view ``weights`` (member -> weight) with ``witnesses`` (in their order:
-    the first breaks ties) survives (module docstring)."""
+    the first breaks ties) survives (module docstring). ``groups``: the witness groups
+    (``views.WitnessSet``; None: one group, ``witnesses``): work goes on where a quorum of every
+    group survives."""
     members = tuple(sorted(weights))
     wit = tuple(witnesses)
+    grouped = [tuple(g) for g in groups] if groups else [wit]
     workers = tuple(m for m in members if weights[m] > 0)
     everyone = set(members)
     if not workers:
         return Survival(members, workers, wit, members, 0, "no member owns partitions",
                         "no member has a positive weight, so no partition is owned: start a node (placement node)")
-    fatal = tuple(m for m in members if not _works(everyone - {m}, workers, wit))
+    fatal = tuple(m for m in members if not _works(everyone - {m}, workers, grouped))
     # Whichever f witnesses fail, a quorum remains iff 2 (k - f) > k (losing the first witness
-    # with exactly half left is the worst case); and f < the number of weighted members.
-    crashes = 0 if fatal else min((len(wit) - 1) // 2, len(workers) - 1)
-    return Survival(members, workers, wit, fatal, crashes, _split(members, workers, wit),
-                    _warning(members, workers, fatal))
+    # with exactly half left is the worst case), in every group (they may all fail in the
+    # smallest); and f < the number of weighted members.
+    crashes = 0 if fatal else min(min((len(g) - 1) // 2 for g in grouped), len(workers) - 1)
+    split = _split(members, workers, wit) if len(grouped) == 1 else (
+        f"the side with a quorum of each of the {len(grouped)} witness groups goes on working, the other side "
+        "stops within its lease")
+    return Survival(members, workers, wit, fatal, crashes, split, _warning(members, workers, fatal))
 
 
 def _split(members: tuple[str, ...], workers: tuple[str, ...], wit: tuple[str, ...]) -> str:

@@ -21,9 +21,10 @@ configurations: configuration c+1 is decided by configuration c. Here:
    (Lamport, "Paxos Made Simple", 2001): phase 1 ``Prepare``/``Promise`` with ballots
    ``(round, proposer id)``, phase 2 ``Accept``/``Accepted``; a value is chosen once a quorum
    of W(n) (``lease.is_quorum``) accepted it in one ballot. Two quorums of W(n) share a
-   witness, so at most one successor of n is ever chosen. The proposer then installs it and
-   tells every member of both views (``Decided``); lease replies and later ``Prepare`` answers
-   carry it too, so everyone learns it.
+   witness, so at most one successor of n is ever chosen. (With witness groups, ``WitnessSet``:
+   a quorum of every group of W(n); a lease then needs a quorum of its holder's group only.)
+   The proposer then installs it and tells every member of both views (``Decided``); lease
+   replies and later ``Prepare`` answers carry it too, so everyone learns it.
 3. A witness that has *accepted* any successor of n grants no more leases under n
    (``QuorumLease.on_request``). Every lease under n was granted by a quorum of W(n), which
    shares a witness with the accepting quorum; that witness granted before it accepted, so
@@ -80,7 +81,7 @@ from types import MappingProxyType
 
 __all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", "Decided", "DecidedStep",
            "ViewMessage", "StableViews",
-           "view_checksum", "witnesses_of", "is_quorum"]
+           "view_checksum", "witnesses_of", "is_quorum", "WitnessSet", "witness_set"]
 
 
 def view_checksum(num: int, members: tuple[str, ...], weights: tuple[float, ...], loads: bytes = b"",
@@ -106,6 +107,46 @@ def is_quorum(group, witnesses: tuple[str, ...]) -> bool:
     inside = set(group) & set(witnesses)
     n = len(witnesses)
     return n > 0 and (2 * len(inside) > n or (2 * len(inside) == n and witnesses[0] in inside))
+
+
+@dataclass(frozen=True)
+class WitnessSet:
+    """The witnesses of a view, in groups (docs/ownership.md, "Witness groups"). A member's
+    lease is held by a quorum of *its* group (``of``); a successor view is chosen by a quorum of
+    *every* group (``quorum``). Every lease quorum then shares a witness with every view quorum
+    (point 3 below), and two view quorums share one (both hold a majority of the first group),
+    so the history of views stays linear; yet each witness answers only its group's members, so
+    its load stays bounded as N grows (a grid quorum system: Cheung, Ammar, Ahamad, "The Grid
+    Protocol", 1990; Naor and Wool, "The load, capacity and availability of quorum systems",
+    1998). With one group this is the witness set of a view as it always was."""
+
+    groups: tuple[tuple[str, ...], ...]
+    all: tuple[str, ...]  # every witness, the groups one after another
+
+    def of(self, member: str) -> tuple[str, ...]:
+        """The group whose quorum holds ``member``'s lease: fixed by its id, so a view change
+        that keeps the number of groups keeps every member's group (most of it: its witnesses
+        change only as the ranking does)."""
+        g = self.groups
+        if len(g) == 1:
+            return g[0]
+        return g[zlib.crc32(b"witness-group/" + member.encode()) % len(g)]
+
+    def quorum(self, acceptors) -> bool:
+        """A quorum of every group: what choosing a successor view takes."""
+        inside = set(acceptors)
+        return all(is_quorum(inside, g) for g in self.groups)
+
+
+def witness_set(members, k: int, per_group: int = 0) -> WitnessSet:
+    """The witnesses of a view of ``members``: ``witnesses_of`` them, in one group of ``k``, or,
+    with ``per_group`` (members per group, 0: one group), in ceil(N / per_group) groups of
+    ``k``, as many as the members fill, taken in ranking order."""
+    n = len(members)
+    count = 1 if per_group <= 0 else max(1, min(-(-n // per_group), n // max(1, k)))
+    ranked = witnesses_of(members, count * k)
+    groups = tuple(ranked[i * k:(i + 1) * k] for i in range(count))
+    return WitnessSet(groups, ranked)
 
 
 @dataclass(frozen=True)
@@ -288,7 +329,7 @@ ViewMessage = Prepare | Promise | Accept | Accepted | Decided | DecidedStep
 class _Proposal:
     slot: int
     base: View
-    witnesses: tuple[str, ...]
+    witnesses: WitnessSet  # the base view's
     rnd: int
     own: View  # the proposer's own value (used unless phase 1 finds an accepted one)
     phase: int = 1
@@ -310,8 +351,10 @@ class StableViews:
                  send: Callable[[str, ViewMessage], None],
                  on_install: Callable[[View, View, float], None],
                  restored: AcceptorState | None = None, genesis: View | None = None,
-                 on_yield: Callable[[], None] | None = None) -> None:
+                 on_yield: Callable[[], None] | None = None, per_group: int = 0) -> None:
         self.me = me
+        #: Members per witness group (``witness_set``; 0: one group, the witness set of old).
+        self.per_group = per_group
         #: ``restored`` yields to another incarnation (``_yield_restored``): given, it is called
         #: when it does. None: the record binds (``--state-dir``), another incarnation is refused.
         self._on_yield = on_yield
@@ -326,7 +369,9 @@ class StableViews:
         self._send = send
         self._on_install = on_install
         self.view: View = NO_VIEW
-        self.witnesses: tuple[str, ...] = ()
+        self.witness_set = WitnessSet(((),), ())
+        self.witnesses: tuple[str, ...] = ()  # (``witness_set.all``)
+        self.own_witnesses: tuple[str, ...] = ()  # (``witness_set.of(me)``: this member's lease's)
         # acceptor of the successor of ``view``
         self._promised: tuple[int, str] = (0, "")
         self._accepted: tuple[tuple[int, str], View] | None = None
@@ -402,7 +447,9 @@ class StableViews:
             return False  # older than a view this acceptor held before it restarted (chosen since)
         old, self.view = self.view, view
         self.superseded = None
-        self.witnesses = witnesses_of(view.members, self.k)
+        self.witness_set = witness_set(view.members, self.k, self.per_group)
+        self.witnesses = self.witness_set.all
+        self.own_witnesses = self.witness_set.of(self.me)
         self._promised, self._accepted, self._proposal = (0, ""), None, None
         self._finish_at = math.inf
         if restored is not None:
@@ -444,7 +491,7 @@ class StableViews:
         self._round_seen += 1
         if p is not None and p.slot == base.num + 1:
             self._round_seen = max(self._round_seen, p.rnd + 1)
-        witnesses = self.witnesses if base.num else witnesses_of(base.members, self.k)
+        witnesses = self.witness_set if base.num else witness_set(base.members, self.k, self.per_group)
         self._proposal = _Proposal(base.num + 1, base, witnesses, self._round_seen, own, rank=rank)
         self._start(now)
 
@@ -480,7 +527,7 @@ class StableViews:
         if now < p.next_send:
             return
         p.next_send = now + self.resend_s
-        for w in p.witnesses:
+        for w in p.witnesses.all:
             if p.phase == 1 and w not in p.promises:
                 self._send(w, Prepare(p.slot, p.rnd, p.base.ck, p.base.inc))
             elif p.phase == 2 and w not in p.accepted:
@@ -531,7 +578,7 @@ class StableViews:
 
     def _on_promise(self, src: str, m: Promise, now: float) -> None:
         p = self._proposal
-        if p is None or m.slot != p.slot or src not in p.witnesses:
+        if p is None or m.slot != p.slot or src not in p.witnesses.all:
             return
         if not m.ok:
             self._round_seen = max(self._round_seen, m.rnd)
@@ -540,7 +587,7 @@ class StableViews:
             return
         prior = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at) if m.acc_rnd else None
         p.promises[src] = ((m.acc_rnd, m.acc_by), prior)
-        if is_quorum(p.promises, p.witnesses):
+        if p.witnesses.quorum(p.promises):
             # Paxos: the value accepted in the highest ballot, if any, else our own.
             best = max(p.promises.values(), key=lambda bv: bv[0])
             p.value = best[1] if best[1] is not None else p.own
@@ -549,12 +596,12 @@ class StableViews:
 
     def _on_accepted(self, src: str, m: Accepted, now: float) -> None:
         p = self._proposal
-        if p is None or m.slot != p.slot or m.rnd != p.rnd or p.phase != 2 or src not in p.witnesses:
+        if p is None or m.slot != p.slot or m.rnd != p.rnd or p.phase != 2 or src not in p.witnesses.all:
             return
         if not m.ok:
             return
         p.accepted.add(src)
-        if is_quorum(p.accepted, p.witnesses):
+        if p.witnesses.quorum(p.accepted):
             chosen = p.value
             assert chosen is not None
             tell = (set(p.base.members) | set(chosen.members)) - {self.me}

@@ -24,7 +24,7 @@ import argparse
 import random
 from typing import Any
 
-from ownership.lease import is_quorum, witnesses_of
+from ownership.views import witness_set
 
 from .cluster import Cluster
 from .engine import InvariantViolation
@@ -56,7 +56,8 @@ def wide_schedule(seed: int, nodes_range: tuple[int, int] = (3, 12)) -> tuple[in
 def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90.0, *,
         epochs_invariant: bool = True, wide: bool = False,
         nodes_range: tuple[int, int] = (3, 12), durable_state: bool | str = False,
-        bootstrap: bool = False, rejoin_files: bool = False) -> dict[str, Any]:
+        bootstrap: bool = False, rejoin_files: bool = False,
+        exclusive: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
     epoch regression and counts it (``epoch_regressions``). ``wide``: the wider schedules of
@@ -66,7 +67,8 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
     persisted (``--state-dir``), and so takes part in choosing views at once (``"yields"``: a
     node's default record, which yields to another incarnation). ``rejoin_files``:
     every restart rejoins through the members its previous process knew and may found a
-    cluster (rule 11), as a node restarted without ``--join``."""
+    cluster (rule 11), as a node restarted without ``--join``. ``exclusive``: ``ExclusiveConfig``
+    fields to set (``--witness-groups``)."""
     if wide:
         nodes, faults = wide_schedule(seed, nodes_range)
     else:
@@ -150,7 +152,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
 
     result = run_scenario("steady", nodes=nodes, duration_s=duration_s, seed=seed, partitions=partitions,
                           system="swim-exclusive", before_run=before_run, durable_state=durable_state,
-                          bootstrap=bootstrap, rejoin_files=rejoin_files)
+                          bootstrap=bootstrap, rejoin_files=rejoin_files, exclusive=exclusive)
     result["schedule"] = faults
     result["nodes"] = nodes
     result["quorum_at_end"] = quorum_at_end(clusters[0])
@@ -172,8 +174,9 @@ def quorum_at_end(cluster) -> bool:
     views += [n.durable[n.node_id].views.view for n in running
               if getattr(n, "durable", None) is not None and n.node_id in n.durable]
     latest = max(views, key=lambda v: v.num)
-    witnesses = witnesses_of(latest.members, running[0].own.lease.views.k)
-    return is_quorum({n.node_id for n in running} & set(witnesses), witnesses)
+    lease_views = running[0].own.lease.views
+    # (With witness groups: a quorum of every group, which choosing the next view takes.)
+    return witness_set(latest.members, lease_views.k, lease_views.per_group).quorum(n.node_id for n in running)
 
 
 #: A run must last this long after its last fault ended (``settled_at``) before partitions
@@ -206,7 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rejoin-file", action="store_true",
                    help="every restart rejoins through the members it knew (its members file) and may found a "
                         "cluster when every member it sees holds no view, as a node restarted without --join")
+    p.add_argument("--witness-groups", type=int, default=0, metavar="M",
+                   help="members per witness group (ExclusiveConfig.witness_group_members; 0: one group)")
+    p.add_argument("--witnesses", type=int, default=None, metavar="K",
+                   help="witnesses per view, per group with --witness-groups (default: ExclusiveConfig's)")
     args = p.parse_args(argv)
+    exclusive: dict[str, Any] = {"witness_group_members": args.witness_groups} if args.witness_groups else {}
+    if args.witnesses is not None:
+        exclusive["witnesses"] = args.witnesses
     seeds = [args.seed] if args.seed is not None else range(*map(int, args.seeds.split(":")))
     lo, hi = map(int, args.nodes_range.split(":"))
 
@@ -218,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
                     wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state or False,
-                    bootstrap=args.bootstrap, rejoin_files=args.rejoin_file)
+                    bootstrap=args.bootstrap, rejoin_files=args.rejoin_file, exclusive=exclusive or None)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:
                 regressed += 1

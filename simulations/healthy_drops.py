@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Any
 
 from ownership import Ended, Release
-from ownership.lease import is_quorum, witnesses_of
+from ownership.views import witness_set
 
 from .scenarios import run_scenario
 
@@ -89,7 +89,8 @@ def run(kind: str, seed: int, *, nodes: int | None = None, partitions: int = 256
             rest = set(up()) - set(ids)
             owns = [x.own for x in cluster.nodes.values() if x.up and getattr(x, "own", None) is not None]
             lease = max(owns, key=lambda o: o.lease.num).lease
-            return all(is_quorum(rest & set(ws), ws) for ws in (lease.witnesses, witnesses_of(rest, lease.k)))
+            views = lease.views
+            return views.witness_set.quorum(rest) and witness_set(rest, lease.k, views.per_group).quorum(rest)
 
         def victims_keeping_quorum(k: int, pool: list[str]) -> list[str]:
             for _ in range(50):
@@ -153,8 +154,8 @@ def run(kind: str, seed: int, *, nodes: int | None = None, partitions: int = 256
                         # running: without one nobody holds a lease, by design (keep-majority).
                         rest = set(up()) - {i}
                         assert own is not None and p.value is not None  # (p came from own; phase 2 has a value)
-                        k = own.lease.k
-                        if all(is_quorum(rest & set(ws), ws) for ws in (p.witnesses, witnesses_of(p.value.members, k))):
+                        k, per_group = own.lease.k, own.lease.views.per_group
+                        if p.witnesses.quorum(rest) and witness_set(p.value.members, k, per_group).quorum(rest):
                             crash([i])
                         else:
                             log.append(f"{sim.now - t0:7.3f} no crash of proposer {i}: no witness quorum would run")

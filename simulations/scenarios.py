@@ -269,8 +269,9 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
                  config: MembershipConfig | None = None,
                  before_run: Callable[[Cluster], None] | None = None,
                  check_cores: bool = True, durable_state: bool | str = False, bootstrap: bool = False,
-                 rejoin_files: bool = False) -> dict[str, Any]:
+                 rejoin_files: bool = False, exclusive: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build a cluster, settle it, apply scenario ``name`` and return its metrics.
+    ``exclusive``: ``ExclusiveConfig`` fields to set (e.g. ``witness_group_members``).
     ``durable_state``: witnesses keep their promises across restarts (``SwimSystem.durable``);
     ``"yields"``: as a node's default record, which yields to another incarnation.
     ``rejoin_files``: restarts rejoin through the members they knew and may found, as nodes
@@ -312,6 +313,10 @@ def run_scenario(name: str, *, nodes: int | None = None, duration_s: float | Non
             raise ValueError(f"system {system!r} has no stable views to bootstrap")
         listed = tuple(Cluster.node_id(i) for i in range(min(3, nodes)))
         sys_.exclusive = dataclasses.replace(sys_.exclusive, bootstrap=listed)
+    if exclusive:
+        if getattr(sys_, "exclusive", None) is None:
+            raise ValueError(f"system {system!r} has no exclusive ownership to configure")
+        sys_.exclusive = dataclasses.replace(sys_.exclusive, **exclusive)
     if sc.rules is not None and getattr(sys_, "exclusive", None) is not None:
         sys_.exclusive = sc.rules(sys_.exclusive, kwargs)
     if loss is not None and "loss" in kwargs:

@@ -123,7 +123,12 @@ class NodeConfig:
     def cluster_settings(self) -> str:
         """The fingerprint every member must share (checked by the gossip layer at join)."""
         c = self.capacity_factor
-        return f"partitions={self.partitions},replicas={self.replicas},seed={self.seed},capacity={c}"
+        text = f"partitions={self.partitions},replicas={self.replicas},seed={self.seed},capacity={c}"
+        # Members that group witnesses differently could hold a lease and condemn it with quorums
+        # that share no witness. (Only when set: the default leaves the fingerprint as it was, so
+        # a rolling upgrade still joins.)
+        groups = self.exclusive.witness_group_members
+        return text + (f",witness_groups={groups}" if groups and self.ownership == "exclusive" else "")
 
     def membership_config(self) -> MembershipConfig:
         return replace(self.membership, cluster_name=self.cluster, cluster_settings=self.cluster_settings(),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ownership.lease import WitnessState
 from ownership.survival import Survival, assess
-from ownership.views import View, witnesses_of
+from ownership.views import View, witness_set
 
 from ..changes import OwnershipChange
 from .background import detach
@@ -251,7 +251,8 @@ class ExclusiveOwnership:
         if self._survival is not None and view.num <= self._survival[0]:
             return  # (views reach this loop in order; an older one is no news)
         self._node.placement_view(view)  # clients are routed by the stable view; load-aware weights plan from it
-        survival = assess(view.weighted(), witnesses_of(view.members, self._config.exclusive.witnesses))
+        ws = witness_set(view.members, self._config.exclusive.witnesses, self._config.exclusive.witness_group_members)
+        survival = assess(view.weighted(), ws.all, ws.groups)
         old = self._survival[1] if self._survival is not None else None
         self._survival = (view.num, survival)
         if old is not None and old.summary == survival.summary:

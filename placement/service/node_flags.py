@@ -94,6 +94,10 @@ NODE_FLAGS = (
     _NodeFlag("--ownership", argtypes.ownership_mode, "exclusive",
               "exclusive (default: never two owners of a partition) or available (owns what its own view "
               "says at once; two owners possible during splits and freezes)"),
+    _NodeFlag("--witness-groups", argtypes.non_negative_int, 0,
+              "MEMBERS: witness groups, one of 5 witnesses for every MEMBERS members, so a witness's load stays "
+              "bounded as the cluster grows (a cluster-wide setting, like --partitions; docs/ownership.md, "
+              "\"Witness groups\"; default 0: one group of 5)"),
     _NodeFlag("--handoff-timeout", argtypes.number(0, 3600, lo_open=True), 5.0,
               "seconds a released partition may drain before it is handed on anyway (default 5)"),
     _NodeFlag("--worker", argtypes.import_ref, None,
@@ -217,7 +221,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
         cluster=v["cluster"], keys=_read_keys(v["key_file"]), admin_token=v["admin_token"],
         ownership=v["ownership"],
         exclusive=ExclusiveConfig(handoff_timeout_s=v["handoff_timeout"],
-                                  bootstrap=v["bootstrap"]),
+                                  bootstrap=v["bootstrap"], witness_group_members=v["witness_groups"]),
         join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], keep_state=not v["no_state_dir"],
         tls_cert=tls_cert, tls_key=tls_key,
         new_cluster=v["new_cluster"], load_aware_s=v["load_aware"],
