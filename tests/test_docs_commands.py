@@ -420,11 +420,13 @@ def shell(home: Path, command: str, timeout_s: float = 120) -> subprocess.Comple
     return r
 
 
-def start(home: Path, command: str, log: Path) -> subprocess.Popen:
+def start(home: Path, command: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A long-running command (Ctrl-C stops it), its output in ``log``; in a session of its own,
-    so that a cleanup also reaches the processes it started (``placement cluster``'s nodes)."""
+    so that a cleanup also reaches the processes it started (``placement cluster``'s nodes).
+    ``env``: variables to set on top of the user's shell."""
     with log.open("w") as out:
-        return subprocess.Popen(["bash", "-c", "exec " + command], cwd=home, env=environment(home), stdout=out,
+        return subprocess.Popen(["bash", "-c", "exec " + command], cwd=home, env={**environment(home), **(env or {})},
+                                stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=interrupt_as_a_terminal_does)
 
@@ -512,15 +514,18 @@ class MakeRun:
 
     NODES, PARTITIONS = 3, 256
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, run: int = 1) -> None:
         self.home = home
         self.gossip, self.http = free_block(self.NODES), free_block(self.NODES)
         self.urls = [f"http://127.0.0.1:{self.http + i}" for i in range(self.NODES)]
         recipe = make_recipe(home, "run")[-1]
-        self.log, self.sample_log = home / "make-run.out", home / "spark-sample.out"
+        self.log, self.sample_log = home / f"make-run-{run}.out", home / "spark-sample.out"
+        # (The nodes' state - members files, witness records - in the home, as a user's: a
+        # second run finds the first's.)
         self.proc = start(home, f"{recipe} --nodes {self.NODES} --partitions {self.PARTITIONS} "
-                                f"--gossip-port {self.gossip} --http-port {self.http}", self.log)
-        self.sample = None if spark_missing() else start(home, MAKE_RUN[-2], self.sample_log)
+                                f"--gossip-port {self.gossip} --http-port {self.http}", self.log,
+                          {"PLACEMENT_STATE_HOME": str(home / "state")})
+        self.sample = None if spark_missing() or run > 1 else start(home, MAKE_RUN[-2], self.sample_log)
 
     def command(self, documented: str) -> str:
         return on_ports(documented, self.gossip, self.http)
@@ -628,6 +633,24 @@ def test_ctrl_c_stops_make_run_with_every_node_leaving(make_run):
     assert "stopping: every node leaves gracefully" in log
     for i in range(1, 4):
         assert f"[n{i}] leaving: releasing partitions, announcing the leave" in log and f"[n{i}] stopped" in log
+
+
+@pytest.mark.slow
+def test_make_run_again_forms_a_new_cluster_over_the_state_of_the_last(make_run):
+    """The second `make run` in the same place: its nodes find the witness records the first
+    run's kept by default. n1 founds anew (``--new-cluster`` sets its record aside); n2 and n3,
+    whose records are of the first run's cluster, join the new one as members that kept no
+    promises; every node ready, every partition owned once, as the first time."""
+    assert make_run.proc.poll() is not None  # (stopped by the test above)
+    assert (make_run.home / "state" / "placement" / "n2.witness.state").exists()
+    again = MakeRun(make_run.home, run=2)
+    try:
+        poll(lambda: again.proc.poll() is None and again.settled(), 60, "the second make run's nodes ready")
+        log = again.log.read_text()
+        assert "[n1] WARNING" in log and "--new-cluster founds a new cluster" in log
+        assert "promised in an earlier cluster named 'placement'" in log
+    finally:
+        stop(again.proc)
 
 
 # ----- README, "Running nodes" ---------------------------------------------------------------
