@@ -197,7 +197,9 @@ class WitnessState:
 class _Tracked(dict[str, int]):
     """A dict that counts the changes of its values (``QuorumLease.durable_changes``)."""
 
-    changes = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes = 0  # (an instance attribute, set here: mypyc compiles no class-level default)
 
     def __setitem__(self, key: str, value: int) -> None:
         if self.get(key) != value:
