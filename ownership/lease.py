@@ -289,6 +289,10 @@ class QuorumLease:
         self._heard_condemned: dict[str, int] = {}  # witness -> nonce it refused us with
         self._echo: dict[str, int] = {}  # witness -> nonce to echo (we dropped after hearing it)
         self._teach: set[str] = set()  # witnesses that may not hold our stable view: send it to them
+        #: The view before the stable one, after a step (None after a jump): a witness still at
+        #: it is sent the step, not the whole view (``on_reply``); and those sent it, this view.
+        self._before: View | None = None
+        self._stepped: set[str] = set()
         #: Fencing epochs: requests carry ``reserve``; ``confirmed_reserve`` is the highest
         #: reserve a witness quorum granted. The owner uses no epoch above it, so a taker that
         #: condemns this member learns a bound on every epoch it used (``epoch_floor``).
@@ -458,6 +462,7 @@ class QuorumLease:
         # member five copies of the view, split over several datagrams each: at N=256, 65 of a
         # member's 100 extra datagrams in a crash run (issue 34).
         self._teach = set()
+        self._before, self._stepped = (old, set()) if stepped else (None, set())
         # Condemnations under way keep the witness set they began with: the dead holder's
         # lease came from it, and witnesses still answer for views they held (_past).
 
@@ -725,7 +730,20 @@ class QuorumLease:
             self._learn(r, now)  # a later view: a step, or a jump (``installs``)
             return
         if r.num < self.num or (r.num == self.num and r.stable != self.stable_ck):
-            self._teach.add(src)  # a witness behind us: send it our view
+            before = self._before
+            step = None
+            if before is not None and r.num == before.num and r.stable == before.ck and src not in self._stepped:
+                step = DecidedStep.between(before, self.views.view)
+            if step is not None:
+                # A witness one step behind (it missed the ``Decided``): the step, a few ids, not
+                # the whole view. At N=512 with the whole view, every member of a behind
+                # witness's group sent it seven fragments at once, and its reassembler gave up
+                # thousands of them (more than ``max_partial`` senders in assembly). Once: if it
+                # is still behind after that, it gets the whole view.
+                self._stepped.add(src)
+                self._send(src, step, now)
+            else:
+                self._teach.add(src)  # a witness behind us: send it our view
             if r.seq == self._seq and src not in self._retaught:
                 # At once, in the same round (a grant still counts from its first send); once a
                 # round, so a witness that cannot take our view is not asked in a loop.

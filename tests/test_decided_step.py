@@ -153,3 +153,50 @@ def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -
         t += 0.25
         pump(t)
     assert nodes[old].num == 2, t
+
+
+def test_a_witness_one_step_behind_is_sent_the_step_not_the_whole_view() -> None:
+    """A witness that missed the ``Decided`` answers lease requests from behind: its members
+    send it the step (a few ids) and ask again, instead of the whole view in their requests (at
+    N=512 that was seven fragments from every member of its group at once, and its reassembler
+    gave up thousands). It learns the view within a renewal and grants again."""
+    from ownership.lease import LeaseReq, QuorumLease
+
+    members = [f"m{i}" for i in range(7)]
+    nodes = {m: QuorumLease(m, witnesses=5, lease_s=5.5, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
+                            fence_s=1.0) for m in members}
+    for q in nodes.values():
+        q.set_stable(members, 0.0)
+    proposer = members[0]
+    behind = next(w for w in nodes[proposer].witnesses if w != proposer)
+    sent: list[tuple[str, str, object]] = []
+
+    def pump(now: float) -> None:
+        for q in nodes.values():
+            q.tick(now)
+        for _ in range(8):
+            for m, q in nodes.items():
+                for dst, msg in q.messages():
+                    sent.append((m, dst, msg))
+                    if not (m == proposer and dst == behind and isinstance(msg, (Decided, DecidedStep))):
+                        nodes[dst].receive(m, msg, now)
+
+    t = 0.0
+    while t < 3.0:
+        pump(t)
+        t += 0.25
+    gone = next(m for m in reversed(members) if m not in (proposer, behind))
+    nodes[proposer].propose(dict.fromkeys([m for m in members if m != gone], 1.0), t, 0)
+    del sent[:]
+    pump(t)
+    assert nodes[behind].num == 1 and nodes[proposer].num == 2  # (it missed the decision)
+    while nodes[behind].num == 1 and t < 5.0:
+        t += 0.25
+        pump(t)
+    assert nodes[behind].num == 2, t
+    to_it = [(m, msg) for m, dst, msg in sent if dst == behind]
+    assert any(isinstance(msg, DecidedStep) and m != proposer for m, msg in to_it)
+    assert not any(isinstance(msg, LeaseReq) and msg.members for _, msg in to_it)  # no whole view
+    t += 2.0
+    pump(t)
+    assert all(q.valid(t) for m, q in nodes.items() if m != gone)
