@@ -28,4 +28,19 @@ def test_compose_services_parse_with_the_cli():
         ids.add(config.node_id)
         assert service["build"] == "." and service["environment"]["PLACEMENT_PARTITIONS"] == "4096"
     assert len(ids) == len(services)
+
+
+def test_every_node_keeps_its_witness_state_on_a_volume_of_its_own():
+    """A container recreated by `docker compose up` keeps what its member promised: the state
+    directory the nodes are given is a named volume, one per service."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    parser = build_parser()
+    volumes = set()
+    for name, service in compose["services"].items():
+        env = {k: str(v) for k, v in service["environment"].items()}
+        config, _ = config_from_args(parser.parse_args(service["command"]), env)
+        assert config.state_dir == "/var/lib/placement" and config.keep_state
+        (mount,) = [v for v in service["volumes"] if v.endswith(":" + config.state_dir)]
+        volumes.add(mount.split(":")[0])
+    assert volumes <= set(compose["volumes"]) and len(volumes) == len(compose["services"])
     assert (ROOT / "Dockerfile").read_text().count("ENTRYPOINT") == 1
