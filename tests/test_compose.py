@@ -36,7 +36,7 @@ def test_every_node_keeps_its_witness_state_on_a_volume_of_its_own():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     parser = build_parser()
     volumes = set()
-    for name, service in compose["services"].items():
+    for service in compose["services"].values():
         env = {k: str(v) for k, v in service["environment"].items()}
         config, _ = config_from_args(parser.parse_args(service["command"]), env)
         assert config.state_dir == "/var/lib/placement" and config.keep_state

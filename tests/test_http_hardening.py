@@ -193,6 +193,18 @@ def test_a_chunked_body_is_cut_at_the_limit():
     run(main)
 
 
+async def _large_running(url: str, want: int, timeout_s: float = 10.0) -> None:
+    """Until ``/metrics`` says ``want`` large requests run (a poll with a deadline)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    line = f"placement_http_large_requests_running {float(want)}"
+    async with httpx.AsyncClient(base_url=url) as client:
+        while line not in (text := (await client.get("/metrics")).text):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"not {want} large requests running: "
+                                     f"{[x for x in text.splitlines() if 'large_requests' in x]}")
+            await asyncio.sleep(0.02)
+
+
 def test_concurrent_large_requests_are_bounded():
     async def main() -> None:
         async with served() as (url, _):
@@ -205,13 +217,16 @@ def test_concurrent_large_requests_are_bounded():
                 s = socket.create_connection(("127.0.0.1", port), timeout=10)
                 s.sendall(head + b'{"keys": [')
                 holders.append(s)
-            await asyncio.sleep(0.3)
+            await _large_running(url, MAX_LARGE_REQUESTS)  # (the server holds their slots now)
             answer, _ = await asyncio.to_thread(raw_request, port, head)
             assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
             assert b"retry-after: 1" in answer.lower() and b"already running" in answer
+            async with httpx.AsyncClient(base_url=url) as client:
+                metrics = (await client.get("/metrics")).text
+            assert 'placement_http_bodies_refused_total{status="503"} 1.0' in metrics, metrics
             for s in holders:
                 s.close()
-            await asyncio.sleep(0.3)  # their slots are given back when the server sees them go
+            await _large_running(url, 0)  # their slots are given back when the server sees them go
             async with httpx.AsyncClient(base_url=url) as client:
                 keys = [f"k{i:07d}" for i in range(size // 12)]
                 r = await client.post("/v1/route", json={"keys": keys})

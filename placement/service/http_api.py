@@ -38,7 +38,7 @@ from ..snapshot import PlacementSnapshot
 from ..table import MAX_REPLICAS
 from .console.events import EventLog
 from .console.routes import add_console_routes
-from .http_limits import MAX_BODY_BYTES, BodyLimit, CrossSite
+from .http_limits import MAX_BODY_BYTES, BodyLimit, BodyStats, CrossSite
 from .key_rules import MAX_KEY_CHARS, key_error
 from .load_meter import DEFAULT_HALF_LIFE_S
 
@@ -299,8 +299,9 @@ class _NodeCollector:
     ``prometheus_client`` is imported by the first scrape, not with this module: a node
     answers ``/healthz`` ~10 ms sooner after it is started (issue 14)."""
 
-    def __init__(self, node: NodeLike) -> None:
+    def __init__(self, node: NodeLike, bodies: BodyStats | None = None) -> None:
         self.node = node
+        self.bodies = bodies
         self._registry: Any = None
 
     def exposition(self) -> bytes:
@@ -322,6 +323,14 @@ class _NodeCollector:
         for status, n in counts.items():
             by_status.add_metric([status], n)
         yield by_status
+        if self.bodies is not None:
+            yield GaugeMetricFamily("placement_http_large_requests_running", "Requests with a large body running now "
+                                    "(at most http_limits.MAX_LARGE_REQUESTS)", value=self.bodies.running_large)
+            refused = CounterMetricFamily("placement_http_bodies_refused", "Request bodies refused, by status "
+                                          "(413 too large, 503 too many large at once, 408 stalled)", labels=["status"])
+            for code, n in sorted(self.bodies.refused.items()):
+                refused.add_metric([str(code)], n)
+            yield refused
         core = getattr(getattr(self.node, "member", None), "core", None)
         stats = dict.fromkeys(_GOSSIP_COUNTERS, 0) | dict(getattr(core, "stats", {}))
         dropped = CounterMetricFamily("placement_gossip_dropped_datagrams", "Datagrams dropped, by reason",
@@ -380,11 +389,12 @@ def create_app(node: NodeLike, admin_token: str | None = None, on_leave=None) ->
     """The HTTP API of ``node``. ``on_leave`` runs after a ``POST /v1/leave`` completed."""
     app = FastAPI(title="placement node", version="1", description=__doc__.split("\n\n")[0],
                   generate_unique_id_function=lambda route: route.name)
-    collector = _NodeCollector(node)
+    bodies = BodyStats()
+    collector = _NodeCollector(node, bodies)
     # GET /v1/owners?replicas= above this answered fewer owners than asked, silently (issue 31)
     cluster_replicas = getattr(getattr(node, "config", None), "replicas", MAX_REPLICAS)
     # Outermost first: a cross-site request is refused before its body is read (http_limits).
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BodyLimit, stats=bodies)
     app.add_middleware(CrossSite, advertised=[getattr(getattr(node, "config", None), "http_advertise", "") or ""])
 
     def openapi() -> dict[str, Any]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -141,17 +142,28 @@ class _Refused(Exception):
     that is dropped: ``BodyLimit`` answers)."""
 
 
+@dataclass
+class BodyStats:
+    """What ``BodyLimit`` is doing, for ``/metrics``: the large requests running now, and the
+    bodies refused so far by status (413 too large, 503 too many large at once, 408 stalled)."""
+
+    running_large: int = 0
+    refused: dict[int, int] = field(default_factory=lambda: {413: 0, 503: 0, 408: 0})
+
+
 class BodyLimit:
-    """Count request bodies as they stream in (module docstring)."""
+    """Count request bodies as they stream in (module docstring). ``stats``: where it says what
+    it does (``BodyStats``; the app's metrics read it)."""
 
     def __init__(self, app: _ASGIApp, max_body: int = MAX_BODY_BYTES, large: int = LARGE_BODY_BYTES,
-                 max_large: int = MAX_LARGE_REQUESTS, body_idle_s: float = BODY_IDLE_S) -> None:
+                 max_large: int = MAX_LARGE_REQUESTS, body_idle_s: float = BODY_IDLE_S,
+                 stats: BodyStats | None = None) -> None:
         self.app = app
         self.max_body = max_body
         self.large = large
         self.max_large = max_large
         self.body_idle_s = body_idle_s
-        self.running_large = 0
+        self.stats = stats if stats is not None else BodyStats()
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self.max_body:,} bytes, this node's limit"
@@ -172,6 +184,7 @@ class BodyLimit:
             except ValueError:
                 length = None
         if length is not None and length > self.max_body:
+            self.stats.refused[413] += 1
             await send_problem(send, 413, "Content Too Large", self._too_large(), close=True)
             return
         refused: list[tuple[int, str, str]] = []  # (status, title, detail) once the body is refused
@@ -184,13 +197,14 @@ class BodyLimit:
             nonlocal holds_slot
             if holds_slot:
                 return True
-            if self.running_large >= self.max_large:
+            if self.stats.running_large >= self.max_large:
                 return False
-            self.running_large += 1
+            self.stats.running_large += 1
             holds_slot = True
             return True
 
         if length is not None and length > self.large and not take_slot():
+            self.stats.refused[503] += 1
             await send_problem(send, 503, "Service Unavailable", self._busy(), [(b"retry-after", b"1")], close=True)
             return
 
@@ -233,7 +247,9 @@ class BodyLimit:
             pass
         finally:
             if holds_slot:
-                self.running_large -= 1
+                self.stats.running_large -= 1
+        if refused:
+            self.stats.refused[refused[0][0]] += 1
         if refused and not started:
             status, title, detail = refused[0]
             extra = [(b"retry-after", b"1")] if status == 503 else []
