@@ -275,7 +275,9 @@ def twin(cluster):
     """A process started with `c`'s id: it joins, both processes report the conflict, then
     it is stopped (SIGTERM, as an operator would). What the others logged meanwhile is kept."""
     last = {m: m.get("/v1/events").json()["last_seq"] for m in cluster.members}
-    twin = cluster.joiner("twin", "--key-file", str(cluster.key), node_id="c")
+    # (Its own state, as on another host: on this one it could not share c's witness state.)
+    twin = cluster.joiner("twin", "--key-file", str(cluster.key), "--state-dir", str(cluster.tmp / "twin-state"),
+                          node_id="c")
     poll(lambda: all("uses node id 'c'" in n.output() for n in (cluster.c, twin)), 30,
          "the duplicate id reported by both processes")
     ready = twin.get("/readyz")

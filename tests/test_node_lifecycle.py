@@ -153,12 +153,14 @@ def test_a_node_that_cannot_join_answers_503_logs_each_attempt_and_gives_up(node
     assert "did not join through" in text
 
 
-def test_a_second_process_with_an_existing_id_is_reported_on_both(nodes):
+def test_a_second_process_with_an_existing_id_is_reported_on_both(nodes, tmp_path):
     first = nodes("n1")
     poll(first.ready, 20, "n1 ready")
     original = nodes("n2", "--join", first.seed)
     poll(original.ready, 20, "n2 ready")
-    twin = nodes("n2", "--join", first.seed, name="twin")
+    # (Its own state, as on another host: on this one it could not share n2's witness state,
+    # test_node_state_dir.py.)
+    twin = nodes("n2", "--join", first.seed, "--state-dir", str(tmp_path / "twin-state"), name="twin")
     poll(lambda: twin.get("/healthz").status_code == 200, 20, "the twin's HTTP API up")
     poll(lambda: all("uses node id 'n2'" in n.output() for n in (original, twin)), 10,
          "the duplicate id reported by both processes")

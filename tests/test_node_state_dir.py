@@ -219,3 +219,22 @@ def test_a_default_record_of_an_earlier_cluster_yields_to_the_new_one(
     assert "held what this node promised in an earlier cluster named 'placement'" in caplog.text
     kept = _state(home / "placement" / "n2.witness.state", "n2")
     assert kept.views.view.inc != 0x01D and kept.reserves.get("n1") != 1 << 17
+
+
+def test_a_second_process_of_the_same_node_is_refused_its_state(tmp_path: Path) -> None:
+    """The same command started twice (two terminals): the second may not share the first's
+    witness record; it stops with an error naming the file. Once the first stopped, the same
+    node starts again in this process (the lock went with it)."""
+    from placement.service.witness_state import StateInUse
+
+    home = str(tmp_path / "home")
+
+    async def run() -> None:
+        first = await Node(config("n1", state_home=home)).start()
+        with pytest.raises(StateInUse, match=r"n1\.witness\.state is in use by another process of node 'n1'"):
+            await Node(config("n1", state_home=home, new_cluster=True)).start()
+        await first.leave()
+        again = await Node(config("n1", state_home=home, new_cluster=True)).start()
+        await again.leave()
+
+    asyncio.run(run())

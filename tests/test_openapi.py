@@ -21,6 +21,7 @@ nodes serve exactly these documents.
 import asyncio
 import contextlib
 import socket
+import tempfile
 import threading
 
 import httpx
@@ -96,12 +97,16 @@ def live_cluster(size, **app_kwargs):
     stop = threading.Event()
     failure = []
 
+    # (Two of these run at once: each keeps its members files and witness records apart.)
+    home = tempfile.mkdtemp(prefix="placement-live-")
+
     async def main():
         async with contextlib.AsyncExitStack() as stack:
-            # (A new cluster: two of these run at once, and each n1 would rejoin the other's members.)
-            first = await stack.enter_async_context(Node(node_config("n1", new_cluster=True)))
+            # (A new cluster: each n1 would otherwise rejoin the other's members.)
+            first = await stack.enter_async_context(Node(node_config("n1", new_cluster=True, state_home=home)))
             for i in range(2, size + 1):
-                await stack.enter_async_context(Node(node_config(f"n{i}", join=[first.member.bound])))
+                await stack.enter_async_context(Node(node_config(f"n{i}", join=[first.member.bound],
+                                                                 state_home=home)))
             await eventually(lambda: len(first.table.members) == size, what="a full view")
             server = uvicorn.Server(uvicorn.Config(create_app(first, **app_kwargs), log_level="warning",
                                                    lifespan="off"))

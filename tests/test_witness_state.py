@@ -187,3 +187,19 @@ def test_a_directory_it_cannot_write_is_a_configuration_error(tmp_path: Path) ->
     blocker.write_text("not a directory")
     with pytest.raises(InvalidConfigError, match=r"--state-dir .*file"):
         StateFile(str(blocker), cluster="prod", node="a").load()
+
+
+def test_one_process_at_a_time_holds_a_state_file(tmp_path: Path) -> None:
+    """Two processes of one node id writing one record would overwrite each other's promises:
+    the lock refuses the second (naming the first's pid), and is free again once released."""
+    from placement.service.witness_state import StateInUse
+
+    first = StateFile(str(tmp_path), cluster="prod", node="a")
+    first.lock()
+    second = StateFile(str(tmp_path), cluster="prod", node="a")
+    said = rf"in use by another process of node 'a' of cluster 'prod' \(pid {os.getpid()}\)"
+    with pytest.raises(StateInUse, match=said):
+        second.lock()
+    first.unlock()
+    second.lock()
+    second.unlock()

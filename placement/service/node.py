@@ -154,7 +154,11 @@ class Node:
         self._seeds = self._mode.prepare(self.config.join)
         self._thread = MembershipThread(self.config.node_id, self._on_event)
         # What happened on the thread meanwhile (the founder's acquisitions) follows this first view.
-        self._on_event(None, await self._thread.start(self._open))
+        try:
+            self._on_event(None, await self._thread.start(self._open))
+        except BaseException:
+            self._mode.close()  # (the witness state's lock: a retry in this process may take it)
+            raise
         if self.security_warning is not None:  # (once the node runs: not for one that failed to bind)
             _log.warning("%s", self.security_warning)
         self._mode.started()

@@ -153,8 +153,10 @@ class ExclusiveOwnership:
         restored = None
         if state_file is not None:
             try:
+                state_file.lock()
                 restored = state_file.load()
             except UnusableStateDir as exc:
+                state_file.unlock()
                 if not state_file.implicit:
                     raise
                 # The default place cannot be used (a read-only home, as in many containers): run
@@ -162,9 +164,16 @@ class ExclusiveOwnership:
                 # still stops the start (it may hold promises).
                 _log.warning("%s; running without witness state (%s)", exc, NO_STATE_DIR_WARNING)
                 state_file = None
+            except BaseException:
+                state_file.unlock()
+                raise
             else:
                 if not self._seeds:
-                    restored = state_file.check_founder(restored, new_cluster=c.new_cluster)
+                    try:
+                        restored = state_file.check_founder(restored, new_cluster=c.new_cluster)
+                    except BaseException:
+                        state_file.unlock()
+                        raise
         self._state = (state_file, restored)
         return self._seeds
 
@@ -212,7 +221,11 @@ class ExclusiveOwnership:
         await thread.run(hand_on())
 
     def close(self) -> None:
-        pass  # the runner stops with the membership thread
+        """The runner stopped with the membership thread (or never started): nothing writes the
+        witness state any more, so its lock goes (an in-process restart takes it again)."""
+        state_file = self._state[0]
+        if state_file is not None:
+            state_file.unlock()
 
     # ----- what the runner tells the application (``node_bridge.AppSide``) ----------------
     def acquired(self, grant: Grant) -> None:

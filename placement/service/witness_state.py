@@ -30,6 +30,7 @@ Reading (``load``), case by case:
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import time
@@ -40,7 +41,7 @@ from ownership.views import AcceptorState
 
 from ..errors import InvalidConfigError
 
-__all__ = ["StateFile", "FILE_NAME", "UnusableStateDir"]
+__all__ = ["StateFile", "FILE_NAME", "UnusableStateDir", "StateInUse"]
 
 FILE_NAME = "witness.state"
 _log = logging.getLogger("placement.node")
@@ -50,6 +51,11 @@ _survival_log = logging.getLogger("placement.survival")  # (how a cluster forms:
 class UnusableStateDir(InvalidConfigError):
     """The file cannot be read or written (permissions, a read-only file system), as opposed
     to a file that can be read and cannot be believed."""
+
+
+class StateInUse(InvalidConfigError):
+    """Another process holds this file's lock: it runs the same node id of the same cluster
+    with the same state (two processes started with one command line)."""
 
 
 class StateFile:
@@ -64,6 +70,7 @@ class StateFile:
         self.cluster = cluster
         self.node = node
         self.implicit = implicit
+        self._lock_fd: int | None = None
         self.writes = 0
         self.write_s = 0.0  # total time spent writing (write + fsync + rename + directory fsync)
         self.max_write_s = 0.0
@@ -80,6 +87,34 @@ class StateFile:
     def flag(self) -> str:
         """How errors name the file: by the flag that chose it, or as the default one."""
         return self.path if self.implicit else f"--state-dir {self.path}"
+
+    def lock(self) -> None:
+        """Hold ``<file>.lock`` (``flock``, released when this process ends or ``unlock``) for as
+        long as the node runs. Two processes of one node id writing one record would each
+        overwrite what the other promised, and a restart would read the wrong one as its own:
+        the second is refused (``StateInUse``), as etcd refuses a data directory in use."""
+        path = self.path + ".lock"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise UnusableStateDir(f"{self.flag}: cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StateInUse(f"{self.flag} is in use by another process of node {self.node!r} of cluster "
+                             f"{self.cluster!r} (pid {other}): give each process its own --id (and --state-dir), "
+                             "or stop the other one") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # (closing the descriptor releases the lock)
+            self._lock_fd = None
 
     def set_aside(self, why: str) -> None:
         """Found a new cluster over this record (``check_founder``): it is renamed
