@@ -44,6 +44,8 @@ import time
 # After PYTHONPATH and the installed project: ``PYTHONPATH=/other/checkout`` measures that one.
 sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
+from fresh_state import fresh_state_home
+
 PATTERN = re.compile(r"(a+)+$")
 
 
@@ -326,6 +328,7 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     ap.add_argument("--seeds", default="")
     args = ap.parse_args()
+    fresh_state_home()  # (a first start each run: benchmarks/fresh_state.py)
     if args.mode == "member":
         asyncio.run(member_main(args))
     elif args.idle:

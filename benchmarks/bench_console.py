@@ -28,6 +28,7 @@ import sys
 import time
 
 import httpx
+from fresh_state import fresh_state_home  # (a sibling script, not a package)
 
 from membership import MemberInfo, Meta
 from placement.service.console import browser
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--no-fanout", action="store_true",
                     help="only the node has an HTTP address: the agreement panel asks nobody else")
     args = ap.parse_args()
+    fresh_state_home()  # (a first start each run: benchmarks/fresh_state.py)
     if (why := browser.missing()) is not None:
         sys.exit(f"bench_console: {why}")
     with socket.socket() as s:

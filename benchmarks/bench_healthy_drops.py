@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import httpx
+from fresh_state import fresh_state_home  # (a sibling script, not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,6 +117,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4096)
     ap.add_argument("--app", nargs=4, metavar=("IDS", "PORTS", "SEED", "P"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    fresh_state_home()  # (a first start each run: benchmarks/fresh_state.py)
     if args.app:
         ids, ports, seed, p = args.app
         asyncio.run(embedded_app(ids.split(","), [int(x) for x in ports.split(",")], seed, int(p)))

@@ -383,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
                     help="default: serf node member; node-available: the node with --ownership available")
     args = ap.parse_args(argv)
+    from fresh_state import fresh_state_home  # (a sibling script; here, so tests can load this file alone)
+
+    fresh_state_home()  # (a first start each run: benchmarks/fresh_state.py)
     if args.command == "member":
         asyncio.run(_member_main(args.id, args.port, args.join))
         return 0

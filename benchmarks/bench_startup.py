@@ -38,6 +38,8 @@ import tempfile
 import time
 from typing import Any
 
+from fresh_state import fresh_state_home  # (a sibling script, not a package)
+
 PY = sys.executable
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,6 +189,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12, help="import offenders to list")
     ap.add_argument("--checkout", action="append", help="a checkout to measure (repeatable; default: this one)")
     args = ap.parse_args()
+    fresh_state_home()  # (a first start each run: benchmarks/fresh_state.py)
     poll_s = args.poll_ms / 1000
     roots = [os.path.abspath(r) for r in args.checkout or [HERE]]
     for root in roots:
