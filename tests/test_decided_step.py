@@ -5,9 +5,12 @@ before and the whole view to new members."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ownership.lease import QuorumLease
 from ownership.views import Decided, DecidedStep, StableViews, View, ViewMessage
 from ownership.wire import Reassembler, decode_many, encode_many
 
@@ -114,30 +117,44 @@ def test_a_member_holding_another_view_ignores_a_step_and_counts_it() -> None:
     assert n.view.num == 5 and n.steps_missed == 1
 
 
-def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -> None:
-    """An older version skips ``DecidedStep`` (an unknown kind, counted): in a rolling upgrade
-    its members learn each new view from the witnesses' answers to their next lease request,
-    as after a lost ``Decided``, within a renewal."""
-    from ownership.lease import QuorumLease
-
+def _leases() -> tuple[list[str], dict[str, QuorumLease]]:
+    """Seven members under one stable view, rolling lease rounds."""
     members = [f"m{i}" for i in range(7)]
     nodes = {m: QuorumLease(m, witnesses=5, lease_s=5.5, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
                             fence_s=1.0) for m in members}
     for q in nodes.values():
         q.set_stable(members, 0.0)
+    return members, nodes
+
+
+def _pump(nodes: dict[str, QuorumLease], now: float, delivered: Callable[[str, str, object], bool]) -> None:
+    """Tick every member, then deliver what they send (and what that answers) where
+    ``delivered(src, dst, msg)`` says so."""
+    for q in nodes.values():
+        q.tick(now)
+    for _ in range(8):
+        for m, q in nodes.items():
+            for dst, msg in q.messages():
+                if delivered(m, dst, msg):
+                    nodes[dst].receive(m, msg, now)
+
+
+def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -> None:
+    """An older version skips ``DecidedStep`` (an unknown kind, counted): in a rolling upgrade
+    its members learn each new view from the witnesses' answers to their next lease request,
+    as after a lost ``Decided``, within a renewal."""
+    members, nodes = _leases()
     old = next(m for m in members if m not in nodes[members[0]].witnesses)
     dropped = []
 
+    def delivered(src: str, dst: str, msg: object) -> bool:
+        if dst == old and isinstance(msg, DecidedStep):
+            dropped.append(msg)
+            return False
+        return True
+
     def pump(now: float) -> None:
-        for q in nodes.values():
-            q.tick(now)
-        for _ in range(8):
-            for m, q in nodes.items():
-                for dst, msg in q.messages():
-                    if dst == old and isinstance(msg, DecidedStep):
-                        dropped.append(msg)
-                    else:
-                        nodes[dst].receive(m, msg, now)
+        _pump(nodes, now, delivered)
 
     t = 0.0
     while t < 3.0:
@@ -160,26 +177,19 @@ def test_a_witness_one_step_behind_is_sent_the_step_not_the_whole_view() -> None
     send it the step (a few ids) and ask again, instead of the whole view in their requests (at
     N=512 that was seven fragments from every member of its group at once, and its reassembler
     gave up thousands). It learns the view within a renewal and grants again."""
-    from ownership.lease import LeaseReq, QuorumLease
+    from ownership.lease import LeaseReq
 
-    members = [f"m{i}" for i in range(7)]
-    nodes = {m: QuorumLease(m, witnesses=5, lease_s=5.5, renew_s=1.0, resend_s=0.5, max_drift=1e-3, now=0.0,
-                            fence_s=1.0) for m in members}
-    for q in nodes.values():
-        q.set_stable(members, 0.0)
+    members, nodes = _leases()
     proposer = members[0]
     behind = next(w for w in nodes[proposer].witnesses if w != proposer)
     sent: list[tuple[str, str, object]] = []
 
+    def delivered(src: str, dst: str, msg: object) -> bool:
+        sent.append((src, dst, msg))
+        return not (src == proposer and dst == behind and isinstance(msg, (Decided, DecidedStep)))
+
     def pump(now: float) -> None:
-        for q in nodes.values():
-            q.tick(now)
-        for _ in range(8):
-            for m, q in nodes.items():
-                for dst, msg in q.messages():
-                    sent.append((m, dst, msg))
-                    if not (m == proposer and dst == behind and isinstance(msg, (Decided, DecidedStep))):
-                        nodes[dst].receive(m, msg, now)
+        _pump(nodes, now, delivered)
 
     t = 0.0
     while t < 3.0:
