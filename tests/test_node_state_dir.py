@@ -238,3 +238,25 @@ def test_a_second_process_of_the_same_node_is_refused_its_state(tmp_path: Path) 
         await again.leave()
 
     asyncio.run(run())
+
+
+def test_a_default_place_it_cannot_use_runs_without_state_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A home that cannot hold the default record (here a file where the directory would be;
+    a read-only home in a container) is no configuration error: the node runs as without
+    witness state and says what that risks. An explicit --state-dir there is an error."""
+    from placement.service.node_exclusive import NO_STATE_DIR_WARNING
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+
+    async def run() -> None:
+        node = await Node(config("n1", state_home=str(blocker))).start()
+        assert "state_writes" not in node.ownership_status()  # (no state file)
+        await node.leave()
+
+    with caplog.at_level(logging.WARNING, logger="placement.node"):
+        asyncio.run(run())
+    assert "running without witness state" in caplog.text and NO_STATE_DIR_WARNING in caplog.text
+    with pytest.raises(InvalidConfigError, match="--state-dir"):
+        asyncio.run(Node(config("n1", state_dir=str(blocker / "state"))).start())

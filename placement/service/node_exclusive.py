@@ -139,8 +139,8 @@ class ExclusiveOwnership:
 
     # ----- lifecycle --------------------------------------------------------------------
     def prepare(self, join: tuple[Addr | DnsSeed, ...]) -> tuple[Addr | DnsSeed, ...]:
-        """Read (and check) the members file and ``--state-dir`` before anything starts: a bad
-        file is a configuration error."""
+        """Read (and check) the members file and the witness state (``--state-dir``, or the
+        default file) before anything starts: a bad file is a configuration error."""
         c = self._config
         self._members_file = MembersFile(cluster=c.cluster, node=c.node_id, state_dir=c.state_dir, home=c.state_home)
         self._seeds = self._members_file.start_seeds(join, new_cluster=c.new_cluster)
@@ -155,6 +155,8 @@ class ExclusiveOwnership:
             try:
                 state_file.lock()
                 restored = state_file.load()
+                if not self._seeds:
+                    restored = state_file.check_founder(restored, new_cluster=c.new_cluster)
             except UnusableStateDir as exc:
                 state_file.unlock()
                 if not state_file.implicit:
@@ -163,17 +165,10 @@ class ExclusiveOwnership:
                 # as before the default existed, and say so. A file it can read but not believe
                 # still stops the start (it may hold promises).
                 _log.warning("%s; running without witness state (%s)", exc, NO_STATE_DIR_WARNING)
-                state_file = None
+                state_file, restored = None, None
             except BaseException:
                 state_file.unlock()
                 raise
-            else:
-                if not self._seeds:
-                    try:
-                        restored = state_file.check_founder(restored, new_cluster=c.new_cluster)
-                    except BaseException:
-                        state_file.unlock()
-                        raise
         self._state = (state_file, restored)
         return self._seeds
 
