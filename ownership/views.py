@@ -438,8 +438,8 @@ class StableViews:
             # alone: a cluster founded anew numbers its first view by the clock, above the old
             # cluster's views (``ownership.core``, rule 11).
             self.foreign_inc = view.inc
-            if self._on_yield is None:
-                return False
+            if self._on_yield is None or view.num <= restored.view.num:
+                return False  # (a yielding record too: a cluster founded anew numbers above, heard)
             self._yield_restored()
             restored = None
         if restored is not None and view.num < restored.view.num:

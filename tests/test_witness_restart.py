@@ -325,6 +325,19 @@ def test_a_default_record_does_not_yield_to_a_first_view_that_lost() -> None:
     assert not w.views.yielded and w.views.durable_state().view == first
 
 
+def test_a_default_record_does_not_yield_to_an_older_view_of_another_incarnation() -> None:
+    """A view of another incarnation numbered at or below the record's (a replayed datagram of a
+    cluster older still, or a cluster recreated with --bootstrap from view 1) is refused as a
+    binding record refuses it: only a cluster founded anew, numbered by the clock above, wins."""
+    w = _lease(W1, restored=_kept_by_default(), yields=True)
+    older = View.of(OLD.num, dict.fromkeys(MEMBERS, 1.0), NEW_INC)
+    w.views.receive("p1", Decided(older.num, older.members, older.weights, NEW_INC), 1.0)
+    w.on_request(W2, LeaseReq(1, 1, older.ck, num=older.num, members=older.members, weights=older.weights,
+                              inc=NEW_INC), 1.1)
+    assert not w.views.yielded and w.views.view.num == 0 and w.views.foreign_inc == NEW_INC
+    assert w.durable_state().views.accepted is not None
+
+
 def test_a_record_that_binds_does_not_yield() -> None:
     """``--state-dir``: the same record refuses the other incarnation (the node logs what to do)."""
     w = _lease(W1, restored=_kept_by_default())
