@@ -723,7 +723,7 @@ class Ownership:
         settled = not self.suspects and (removals or (now - self._view_changed_at >= self.config.stable_after_s
                                                       and news))
         if lease.help_choose or (settled and not same and lease.valid(now)
-                                 and lease.views.witness_set.quorum(self.view.keys() & set(lease.witnesses))):
+                                 and lease.views.witness_set.quorum(self.view.keys())):
             lease.propose(self.view, now, self._rank(), **self._proposed_loads())
 
     def _proposed_loads(self) -> dict[str, Any]:
@@ -769,7 +769,7 @@ class Ownership:
         if now - self._view_changed_at < self.config.stable_after_s:
             return
         witnesses = witness_set(genesis.members, self.config.witnesses, self.config.witness_group_members)
-        if witnesses.quorum(self.view.keys() & set(witnesses.all)):
+        if witnesses.quorum(self.view.keys()):
             self.lease.propose(self.view, now, self._rank(), inc=self._incarnation)
 
     def _maybe_found(self, now: float) -> None:

@@ -75,7 +75,7 @@ import dataclasses
 import functools
 import math
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -132,10 +132,10 @@ class WitnessSet:
             return g[0]
         return g[zlib.crc32(b"witness-group/" + member.encode()) % len(g)]
 
-    def quorum(self, acceptors) -> bool:
-        """A quorum of every group: what choosing a successor view takes."""
-        inside = set(acceptors)
-        return all(is_quorum(inside, g) for g in self.groups)
+    def quorum(self, acceptors: Container[str]) -> bool:
+        """A quorum of every group: what choosing a successor view takes. ``acceptors``: any
+        container (a member's whole view too: only the witnesses are looked up in it)."""
+        return all(is_quorum([w for w in g if w in acceptors], g) for g in self.groups)
 
 
 def witness_set(members, k: int, per_group: int = 0) -> WitnessSet:

@@ -176,7 +176,7 @@ def quorum_at_end(cluster) -> bool:
     latest = max(views, key=lambda v: v.num)
     lease_views = running[0].own.lease.views
     # (With witness groups: a quorum of every group, which choosing the next view takes.)
-    return witness_set(latest.members, lease_views.k, lease_views.per_group).quorum(n.node_id for n in running)
+    return witness_set(latest.members, lease_views.k, lease_views.per_group).quorum({n.node_id for n in running})
 
 
 #: A run must last this long after its last fault ended (``settled_at``) before partitions

@@ -139,6 +139,15 @@ def _pump(nodes: dict[str, QuorumLease], now: float, delivered: Callable[[str, s
                     nodes[dst].receive(m, msg, now)
 
 
+def _settle(pump: Callable[[float], None], until: float = 3.0, step: float = 0.25) -> float:
+    """``pump`` every ``step`` from 0 while under ``until`` (leases held); the time it stopped at."""
+    t = 0.0
+    while t < until:
+        pump(t)
+        t += step
+    return t
+
+
 def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -> None:
     """An older version skips ``DecidedStep`` (an unknown kind, counted): in a rolling upgrade
     its members learn each new view from the witnesses' answers to their next lease request,
@@ -156,10 +165,7 @@ def test_a_member_that_drops_steps_learns_the_view_from_its_next_lease_reply() -
     def pump(now: float) -> None:
         _pump(nodes, now, delivered)
 
-    t = 0.0
-    while t < 3.0:
-        pump(t)
-        t += 0.25
+    t = _settle(pump)
     proposer = nodes[members[0]]
     proposer.propose(dict.fromkeys(members[:-1] if members[-1] != old else members[1:], 1.0), t, 0)
     pump(t)
@@ -191,10 +197,7 @@ def test_a_witness_one_step_behind_is_sent_the_step_not_the_whole_view() -> None
     def pump(now: float) -> None:
         _pump(nodes, now, delivered)
 
-    t = 0.0
-    while t < 3.0:
-        pump(t)
-        t += 0.25
+    t = _settle(pump)
     gone = next(m for m in reversed(members) if m not in (proposer, behind))
     nodes[proposer].propose(dict.fromkeys([m for m in members if m != gone], 1.0), t, 0)
     del sent[:]

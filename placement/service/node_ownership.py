@@ -281,8 +281,7 @@ class ExclusiveRunner:
                                   "cluster founded anew under that name (incarnation %x) spoke to it, so it joins "
                                   "that cluster as a member that kept no promises (it waits the restart quiet time "
                                   "before voting)", self._state_file.path, self._cluster, views.foreign_inc)
-        elif views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None \
-                and not views.yielded:
+        elif views.foreign_inc and views.foreign_inc != self._foreign_told and self._state_file is not None:
             self._foreign_told = views.foreign_inc
             restored = views.durable_state().view
             _log.error("%s holds stable view %d of an earlier cluster named %r (incarnation %x; the "
