@@ -13,6 +13,7 @@ the command line live in ``placement.service`` (the ``service`` extra).
 """
 
 from .errors import InvalidConfigError, InvalidMembershipError, NoOwnerError, PlacementError, SnapshotError
+from .pins import decode_pins, encode_pins
 from .table import PlacementTable, TableConfig
 
 __all__ = [
@@ -23,4 +24,6 @@ __all__ = [
     "InvalidConfigError",
     "NoOwnerError",
     "SnapshotError",
+    "encode_pins",
+    "decode_pins",
 ]

@@ -14,6 +14,13 @@ With ``zones`` (member -> zone name) a replica set spans distinct zones where it
 (``zones``; the README's "Zones" spec); the leader is the same as without zones. Without
 zones - or when no member names one - the table, its checksum and snapshot are exactly those
 of a table built without the argument.
+
+With ``pins`` (partition -> member id) chosen partitions are led by chosen members (``pins``;
+the README's "Pins" spec): a pin to a member without a positive weight here is ignored, the
+pinned member moves to the front of the replica set or replaces its last replica in the same
+zone (else its last replica). Pins are a last pass over the unpinned owners, which the table
+keeps, so ``with_pins`` re-ranks nothing and ``with_members`` stays incremental. Without pins
+the table, its checksum and snapshot are exactly those of a table built without the argument.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import msgpack
 import numpy as np
 
 from . import bounded
+from . import pins as pinning
 from . import zones as zoning
 from .codec import load_json_object, load_msgpack_map
 from .errors import InvalidConfigError, NoOwnerError, SnapshotError
@@ -69,7 +77,8 @@ class TableConfig:
                 raise InvalidConfigError(f"capacity_factor must be a finite number >= 1.0 or None, got {c!r}")
 
 
-def _checksum(units: Mapping[str, int], config: TableConfig, zones: Mapping[str, str]) -> str:
+def _checksum(units: Mapping[str, int], config: TableConfig, zones: Mapping[str, str],
+              pins: Mapping[int, str]) -> str:
     c = config.capacity_factor
     ident: list[Any] = [
         SNAPSHOT_FORMAT,
@@ -81,6 +90,8 @@ def _checksum(units: Mapping[str, int], config: TableConfig, zones: Mapping[str,
     ]
     if zones:  # only then: a table without zones keeps the checksum it always had
         ident.append(sorted(zones.items()))
+    if pins:  # likewise; tagged, so it never reads as zones
+        ident.append(["pins", sorted(pins.items())])
     a, b = mmh3.hash64(msgpack.packb(ident), 0x5EED, signed=False)
     return f"{a:016x}{b:016x}"
 
@@ -90,6 +101,17 @@ def _check_zoned(config: TableConfig) -> None:
         raise InvalidConfigError(
             "zones and capacity_factor do not combine: bounded loads cap members in one global matching, "
             "which can break a zone spread; build with one or the other")
+
+
+def _effective_pins(config: TableConfig, units: Mapping[str, int], pins: object) -> dict[int, str]:
+    """Validated pins, those of members with a positive weight only. Any pin given (effective or
+    not) with bounded loads is an error, so whether a build fails never depends on who is a member."""
+    valid = pinning.validate_pins(pins, config.partitions)
+    if valid and config.capacity_factor is not None:
+        raise InvalidConfigError(
+            "pins and capacity_factor do not combine: bounded loads cap members in one global matching, "
+            "which a pinned partition would overfill; build with one or the other")
+    return pinning.effective(valid, units)
 
 
 class PlacementTable:
@@ -104,7 +126,11 @@ class PlacementTable:
         owner_idx: np.ndarray,
         zones: dict[str, str] | None = None,
         groups: zoning.Groups | None = None,
+        pins: dict[int, str] | None = None,
+        unpinned: np.ndarray | None = None,
     ):
+        """``owner_idx`` is the answer (pins applied); ``pins`` are effective, sorted, and
+        ``unpinned`` the owners before them (None with pins: unknown). See ``_pinned``."""
         self.config = config
         self._units = units
         self._members = members
@@ -113,7 +139,11 @@ class PlacementTable:
         self._owner_idx.setflags(write=False)
         self._zones = zones or {}  # member -> zone, members with a zone only (validated, sorted)
         self._groups = groups  # with zones: each zone's own top-k, for incremental updates (None: unknown)
-        self.checksum: str = _checksum(units, config, self._zones)
+        self._pins = pins or {}  # partition -> member, effective pins only (validated, sorted)
+        self._unpinned = owner_idx if not self._pins else unpinned  # owners before pins (None: unknown)
+        if self._unpinned is not None:
+            self._unpinned.setflags(write=False)
+        self.checksum: str = _checksum(units, config, self._zones, self._pins)
 
     # ----- construction ---------------------------------------------------------------
     @classmethod
@@ -125,12 +155,12 @@ class PlacementTable:
         seed: int = 0,
         capacity_factor: float | None = None,
         zones: Mapping[str, str] | None = None,
+        pins: Mapping[int, str] | None = None,
     ) -> PlacementTable:
         """Compute the table from scratch. ``members`` maps id -> weight (weight 0 never owns);
-        ``zones`` maps member ids to zone names ("" or absent: a zone of its own)."""
-        config = TableConfig(partitions, replicas, seed, capacity_factor)
-        units = validate_members(members)
-        return cls._from_units(config, units, zoning.validate_zones(zones, units))
+        ``zones`` maps member ids to zone names ("" or absent: a zone of its own); ``pins`` maps
+        partitions to the member that leads them (ignored for members without a positive weight)."""
+        return cls.from_config(TableConfig(partitions, replicas, seed, capacity_factor), members, zones, pins)
 
     @classmethod
     def from_config(
@@ -138,29 +168,39 @@ class PlacementTable:
         config: TableConfig,
         members: Mapping[str, float] | Iterable[tuple[str, float]],
         zones: Mapping[str, str] | None = None,
+        pins: Mapping[int, str] | None = None,
     ) -> PlacementTable:
         """``build`` with the settings given as one ``TableConfig``."""
         units = validate_members(members)
-        return cls._from_units(config, units, zoning.validate_zones(zones, units))
+        zoned = zoning.validate_zones(zones, units)
+        return cls._from_units(config, units, zoned, _effective_pins(config, units, pins))
 
     @classmethod
-    def _from_units(cls, config: TableConfig, units: dict[str, int], zones: dict[str, str] | None = None
-                    ) -> PlacementTable:
+    def _from_units(cls, config: TableConfig, units: dict[str, int], zones: dict[str, str] | None = None,
+                    pins: dict[int, str] | None = None) -> PlacementTable:
         if zones:
-            return cls._zoned(config, units, zones, None)
+            return cls._zoned(config, units, zones, None, pins)
         ms = Members.build(units, config.seed)
         ranked = rank_many(np.arange(config.partitions), ms, config.seed, config.replicas)
-        return cls(config, units, ms, ranked, cls._final_owners(config, ms, ranked))
+        return cls._pinned(config, units, ms, ranked, cls._unpinned_owners(config, ms, ranked), None, None, pins)
+
+    @classmethod
+    def _pinned(cls, config: TableConfig, units: dict[str, int], ms: Members, ranked: Ranked | None,
+                unpinned: np.ndarray, zones: dict[str, str] | None, groups: zoning.Groups | None,
+                pins: dict[int, str] | None) -> PlacementTable:
+        """The table whose owners are ``unpinned`` with the (effective) ``pins`` applied: the last pass."""
+        owners = pinning.apply_pins(unpinned, pins or {}, ms.ids, zones or {})
+        return cls(config, units, ms, ranked, owners, zones, groups, pins, unpinned)
 
     @staticmethod
-    def _final_owners(config: TableConfig, ms: Members, ranked: Ranked) -> np.ndarray:
+    def _unpinned_owners(config: TableConfig, ms: Members, ranked: Ranked) -> np.ndarray:
         if config.capacity_factor is None:
             return ranked.idx
         return bounded.assign(ms, config.partitions, config.replicas, config.seed, Fraction(config.capacity_factor))
 
     @classmethod
     def _zoned(cls, config: TableConfig, units: dict[str, int], zones: dict[str, str],
-               old: zoning.Groups | None) -> PlacementTable:
+               old: zoning.Groups | None, pins: dict[int, str] | None) -> PlacementTable:
         """The table with zones: each group ranked alone (or updated from ``old``), then selected."""
         _check_zoned(config)
         groups = {}
@@ -170,32 +210,54 @@ class PlacementTable:
             groups[name] = step or zoning.rank_group(group, config.partitions, config.seed, config.replicas)
         ms = Members.build(units, config.seed)
         owners = zoning.select(groups, ms, config.replicas, config.partitions)
-        return cls(config, units, ms, None, owners, zones, groups)
+        return cls._pinned(config, units, ms, None, owners, zones, groups, pins)
 
     def with_members(
         self,
         members: Mapping[str, float] | Iterable[tuple[str, float]],
         zones: Mapping[str, str] | None = None,
+        pins: Mapping[int, str] | None = None,
     ) -> PlacementTable:
         """The table for a new membership; equal to ``build`` with it, computed incrementally.
 
         ``zones`` None keeps this table's zones for the members that remain (new members have
-        none); give a mapping (``{}``: no zones) to set them."""
+        none); give a mapping (``{}``: no zones) to set them. ``pins`` None keeps this table's
+        (effective) pins, those whose member remains with a positive weight; give a mapping
+        (``{}``: no pins) to set them."""
         units = validate_members(members)
         if zones is None:
             zones = {m: z for m, z in self._zones.items() if m in units}
         zoned = zoning.validate_zones(zones, units)
+        pinned = _effective_pins(self.config, units, self._pins if pins is None else pins)
         if units == self._units and zoned == self._zones:
-            return self
+            return self._repinned(pinned)
         if zoned:
-            return self._zoned(self.config, units, zoned, self._groups)
+            return self._zoned(self.config, units, zoned, self._groups, pinned)
         if self._zones or self._ranked is None:
-            return self._from_units(self.config, units)
+            return self._from_units(self.config, units, None, pinned)
         step = _incremental(self._members, self._ranked, units, self.config)
         if step is None:
-            return self._from_units(self.config, units)
+            return self._from_units(self.config, units, None, pinned)
         ms, ranked = step
-        return PlacementTable(self.config, units, ms, ranked, self._final_owners(self.config, ms, ranked))
+        unpinned = self._unpinned_owners(self.config, ms, ranked)
+        return self._pinned(self.config, units, ms, ranked, unpinned, None, None, pinned)
+
+    def with_pins(self, pins: Mapping[int, str]) -> PlacementTable:
+        """This membership with other pins (``{}``: none); equal to ``build`` with them.
+
+        Re-ranks nothing: the pins are applied to the owners this table keeps from before its
+        own pins, O(P) copying plus O(len(pins) x replicas). (A table read from a snapshot
+        without ``verify`` does not know those owners when it has pins: it is built afresh.)"""
+        return self._repinned(_effective_pins(self.config, self._units, pins))
+
+    def _repinned(self, pins: dict[int, str]) -> PlacementTable:
+        """This membership with effective ``pins``."""
+        if pins == self._pins:
+            return self
+        if self._unpinned is None:
+            return self._from_units(self.config, self._units, self._zones or None, pins)
+        return self._pinned(self.config, self._units, self._members, self._ranked, self._unpinned,
+                            self._zones or None, self._groups, pins)
 
     # ----- lookups ----------------------------------------------------------------------
     @property
@@ -219,6 +281,11 @@ class PlacementTable:
     def zones(self) -> dict[str, str]:
         """id -> zone of the members that have one (empty: a table without zones)."""
         return dict(self._zones)
+
+    @property
+    def pins(self) -> dict[int, str]:
+        """partition -> member of the effective pins, sorted by partition (empty: no pins)."""
+        return dict(self._pins)
 
     def zone_of(self, member: str) -> str:
         """A member's zone ("" if it has none)."""
@@ -337,7 +404,7 @@ class PlacementTable:
         return (
             f"PlacementTable(members={len(self._units)}, partitions={c.partitions}, replicas={c.replicas}, "
             f"seed={c.seed}, capacity_factor={c.capacity_factor}, "
-            f"zones={len(set(self._zones.values()))}, checksum={self.checksum[:12]}...)"
+            f"zones={len(set(self._zones.values()))}, pins={len(self._pins)}, checksum={self.checksum[:12]}...)"
         )
 
     # ----- serialisation (the wire form used by the HTTP API and clients) -------------
@@ -361,6 +428,8 @@ class PlacementTable:
         }
         if self._zones:  # absent without zones: such a snapshot is byte for byte what it always was
             data["zones"] = dict(self._zones)
+        if self._pins:  # likewise
+            data["pins"] = [[p, m] for p, m in self._pins.items()]
         return data
 
     @classmethod
@@ -374,6 +443,7 @@ class PlacementTable:
             zones = zoning.validate_zones(data.get("zones"), units)
             if zones and config.capacity_factor is not None:
                 raise SnapshotError("snapshot has both zones and a capacity_factor, which do not combine")
+            pins = _snapshot_pins(data.get("pins", []), config, units)
             width = int(data["owners_width"])
             raw = data["owners"]
             if isinstance(raw, (bytes, bytearray)):
@@ -385,7 +455,7 @@ class PlacementTable:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SnapshotError(f"malformed placement snapshot: {exc}") from exc
-        if data.get("checksum") != _checksum(units, config, zones):
+        if data.get("checksum") != _checksum(units, config, zones, pins):
             raise SnapshotError("snapshot checksum does not match its members and settings")
         ms = Members.build(units, config.seed)
         all_ids = sorted(units)
@@ -398,11 +468,11 @@ class PlacementTable:
         if (owner_idx < 0).any():
             raise SnapshotError("snapshot names a weight-0 member as an owner")
         if verify:
-            table = cls._from_units(config, units, zones)
+            table = cls._from_units(config, units, zones, pins)
             if not np.array_equal(table._owner_idx, owner_idx):
                 raise SnapshotError("snapshot owners differ from the placement computed from its members")
             return table
-        return cls(config, units, ms, None, np.ascontiguousarray(owner_idx, dtype=np.int32), zones)
+        return cls(config, units, ms, None, np.ascontiguousarray(owner_idx, dtype=np.int32), zones, None, pins)
 
     def to_msgpack(self) -> bytes:
         return msgpack.packb(self.to_dict(binary=True), use_bin_type=True)
@@ -417,6 +487,20 @@ class PlacementTable:
     @classmethod
     def from_json(cls, text: str | bytes, verify: bool = False) -> PlacementTable:
         return cls.from_dict(load_json_object(text), verify=verify)
+
+
+def _snapshot_pins(raw: object, config: TableConfig, units: Mapping[str, int]) -> dict[int, str]:
+    """A snapshot's pins: [partition, member] pairs, strictly ascending by partition, each naming a
+    member with a positive weight (``to_dict`` writes only effective pins). SnapshotError if not."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(x, (list, tuple)) and len(x) == 2 for x in raw):
+        raise SnapshotError("snapshot 'pins' must be a list of [partition, member] pairs")
+    try:
+        pins = _effective_pins(config, units, dict(raw))
+    except InvalidConfigError as exc:
+        raise SnapshotError(f"snapshot pins: {exc}") from exc
+    if [tuple(x) for x in raw] != list(pins.items()):
+        raise SnapshotError("snapshot pins must be sorted by partition, each once, each on a member with a weight")
+    return pins
 
 
 def _pad(a: np.ndarray, width: int) -> np.ndarray:
