@@ -20,6 +20,8 @@ N=64, P=4,096 it reproduces the simulator's "after step 1 / step 2" figures to t
 - ``pinned``: no weights: each round moves single partitions, chosen (``pin_moves``), within the
   same step budget, move bucket and trigger - what a placement that could move the partitions
   it chose (Slicer moves key ranges) would do; the weights' placement cannot.
+- ``pins``: the pins planner itself (``placement.pinning.plan_pins``) on the table with the
+  pins the last round committed (what ``load-skew`` with ``balance_by=pins`` runs).
 
 Columns: static max/mean at t=30; after steps 1 and 2 (t=100, t=400); ``known2``: after step 2
 measured with the figures step 2 planned from (what a planner can know: the drift event at
@@ -41,10 +43,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from placement.pinning import plan_pins
 from placement.rebalance import LoadReport, MoveBudget, RebalanceConfig, plan
 from placement.table import PlacementTable, TableConfig
 from simulations.load_model import LoadModel
 
+import os
+TARGET = float(os.environ['PIN_TARGET']) if os.environ.get('PIN_TARGET') else None
 FIRST_S, PERIOD_S, PLAN_AFTER_S, SETTLE_S, SAMPLE_S = 30, 300, 10, 60, 30
 
 
@@ -94,7 +99,8 @@ def pin_moves(owners: np.ndarray, rates: np.ndarray, nodes: int, allowed: int, t
 
 
 def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: float = 700.0,
-           rebalance: RebalanceConfig | None = None, refill: Fraction | None = None) -> dict[str, float]:
+           rebalance: RebalanceConfig | None = None, refill: Fraction | None = None,
+           period_s: int = PERIOD_S) -> dict[str, float]:
     config = TableConfig(partitions)
     model = LoadModel(partitions, seed)
     frozen = model.rates(FIRST_S).copy() if "nodrift" in variant else None
@@ -103,10 +109,12 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
         return frozen if frozen is not None else model.rates(t)
 
     weights = {f"n{i:03d}": 1.0 for i in range(nodes)}
-    owners = static = leaders(PlacementTable.from_config(config, weights))
+    table = PlacementTable.from_config(config, weights)
+    owners = static = leaders(table)
+    out_pins = 0
     rb = rebalance or RebalanceConfig()
     budget = MoveBudget(at_s=FIRST_S) if refill is None else MoveBudget(rate_per_hour=refill, at_s=FIRST_S)
-    rounds = [FIRST_S + k * PERIOD_S for k in range(int((duration_s - FIRST_S) // PERIOD_S) + 1)]
+    rounds = [FIRST_S + k * period_s for k in range(int((duration_s - FIRST_S) // period_s) + 1)]
     plans = {r + PLAN_AFTER_S: r for r in rounds}
     out: dict[str, float] = {"static": ratio(owners, rates(FIRST_S), nodes)}
     samples, statics, moved_steady = [], [], 0
@@ -119,7 +127,11 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             figures = rates(at).copy()
             report = _Exact(figures) if variant.startswith("exact") else LoadReport.of(figures)
             budget = budget.refilled(at)
-            if variant == "pinned":
+            if variant == "pins":
+                pp = plan_pins(table, report, rb, allowance=budget.tokens, target=TARGET)
+                table, moved = table.with_pins(pp.pins), pp.moved
+                owners, out_pins = leaders(table), max(out_pins, len(pp.pins))
+            elif variant == "pinned":
                 owners = owners.copy()
                 moved = pin_moves(owners, figures, nodes, min(math.floor(rb.step_budget * partitions),
                                                               math.floor(budget.tokens * partitions)), rb.trigger)
@@ -141,12 +153,13 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             samples.append(ratio(owners, rates(t), nodes))
             statics.append(ratio(static, rates(t), nodes))
     out["end"] = ratio(owners, rates(duration_s), nodes)
+    out["pins_max"] = out_pins / partitions
     out["static_end"] = ratio(static, rates(duration_s), nodes)
     if samples:
         out["mean_after"] = statistics.fmean(samples)
         out["share_le_1_2"] = sum(s <= 1.2 for s in samples) / len(samples)
         out["static_mean_after"] = statistics.fmean(statics)
-    steady_h = (duration_s - FIRST_S - 2 * PERIOD_S) / 3600
+    steady_h = (duration_s - FIRST_S - 2 * period_s) / 3600
     if steady_h > 0:
         out["moved_per_h_steady"] = moved_steady / partitions / steady_h
     return out
@@ -188,6 +201,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1-5", help="first-last")
     ap.add_argument("--duration", type=float, default=700.0)
     ap.add_argument("--variants", default="quantised,exact,nodrift,exact-nodrift")
+    ap.add_argument("--period", type=int, default=PERIOD_S, help="seconds between rounds (the scenario's period_s)")
     ap.add_argument("--refill", type=float, default=None, help="move bucket refill, fraction per hour")
     ap.add_argument("--drift-bound", action="store_true",
                     help="instead: one drift event after a perfect balance (drift_bound), per seed")
@@ -201,7 +215,7 @@ def main() -> None:
         return
     refill = None if args.refill is None else Fraction(args.refill).limit_denominator(10_000)
     cols = ("static", "step1", "step2", "known2", "moved1", "moved2", "mean_after", "share_le_1_2", "end",
-            "moved_per_h_steady", "static_mean_after")
+            "moved_per_h_steady", "static_mean_after", "pins_max")
     print(f"N={args.nodes} P={args.partitions} {args.duration:g} s refill "
           f"{'default' if refill is None else float(refill)}")
     print(f"{'variant':>14} seed " + " ".join(f"{c[:9]:>9}" for c in cols) + "  wall_s")
@@ -209,7 +223,7 @@ def main() -> None:
         rows = []
         for seed in range(first, last + 1):
             t0 = time.perf_counter()
-            r = replay(args.nodes, args.partitions, seed, variant, args.duration, refill=refill)
+            r = replay(args.nodes, args.partitions, seed, variant, args.duration, refill=refill, period_s=args.period)
             rows.append([r.get(c, float("nan")) for c in cols])
             print(f"{variant:>14} {seed:>4} " + " ".join(f"{v:>9.4f}" for v in rows[-1])
                   + f"  {time.perf_counter() - t0:6.1f}", flush=True)

@@ -76,6 +76,12 @@ and the simulator run it unchanged. Rules (docs/ownership.md numbers them the sa
     again, unchanged but for its newer load figures (``set_loads``), so that a rebalance plans
     from figures a view committed (``View.loads``); a step, so nothing moves (docs/ownership.md).
 
+13. **Pins**: a member given the pins a rebalance planned from its stable view (``set_pins``)
+    proposes that view again with them (``View.pins``), first-ranked first, while the stable
+    view still holds the pins and figures the plan started from. Pins decide placement with
+    the weights, so such a view moves the partitions whose leader it changes by handoff, as a
+    weight change does; every view proposed for anything else keeps the stable view's pins.
+
 Fencing tokens (Kleppmann, "How to do distributed locking", 2016): every acquisition carries an
 epoch one above the highest epoch this member knows for the partition (from notes) and above
 every epoch it has used or seen on any note, so a store that remembers the highest epoch per
@@ -96,6 +102,8 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
+from placement.errors import InvalidConfigError
+from placement.pins import decode_pins
 from placement.table import PlacementTable
 
 from .config import ExclusiveConfig
@@ -214,13 +222,22 @@ class Ownership:
     """The ownership state of one member (module docstring). Drive it with the view, messages
     and ``now``; read ``actions()``, ``messages(now)`` and ``get_timer()`` after every call."""
 
-    def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[[Mapping[str, float]], PlacementTable],
+    def __init__(self, me: str, config: ExclusiveConfig, tables: Callable[..., PlacementTable],
                  now: float, *, founder: bool, weight: float = 1.0, restored: WitnessState | None = None,
                  incarnation: int | None = None, may_found: bool = False, first_view: int = 1,
                  restored_yields: bool = False) -> None:
         self.me = me
         self.config = config
+        #: ``tables(weights)`` or, when the stable view pins partitions, ``tables(weights, pins)``
+        #: (partition -> member; ``PlacementTable``'s pins): a table function of a cluster that
+        #: never pins takes one argument.
         self._tables = tables
+        self._pins_of: tuple[bytes, dict[int, str]] = (b"", {})  # the stable view's pins, decoded
+        #: Rule 13: the pins the driver gave (``set_pins``), the pins and figure time of the view
+        #: they were planned from, and when they were given.
+        self._pins_plan: tuple[bytes, bytes, int] | None = None
+        self._pins_set_at = now
+        self.bad_pins = 0  # stable views whose pins did not decode (placed as if unpinned)
         # A process that did not found the cluster may be a restart that forgot what it
         # promised as a witness: it takes no part in choosing views for a while.
         genesis = View.of(0, dict.fromkeys(config.bootstrap, 1.0)) if config.bootstrap and not founder else None
@@ -381,6 +398,34 @@ class Ownership:
             self._loads, self._loads_set_at = loads, now
         self._update()
 
+    def set_pins(self, pins: bytes, base: bytes, loads_at: int, now: float) -> None:
+        """The pins a rebalance planned (``placement.pins.encode_pins``) from a stable view
+        whose pins were ``base`` and whose figures were measured at ``loads_at``: this member
+        proposes its stable view again with them while that view still holds both (rule 13), so
+        pins planned from an older view never undo a newer plan."""
+        self._now = now
+        plan = (bytes(pins), bytes(base), loads_at)
+        if plan != self._pins_plan:
+            self._pins_plan, self._pins_set_at = plan, now
+        self._update()
+
+    def _table_for(self, weights: Mapping[str, float]) -> PlacementTable:
+        """The table of ``weights`` with the stable view's pins (rule 13)."""
+        pins = self._stable_pins()
+        return self._tables(weights, pins) if pins else self._tables(weights)
+
+    def _stable_pins(self) -> dict[int, str]:
+        raw = self.lease.views.view.pins
+        known = self._pins_of
+        if known[0] is not raw and known[0] != raw:
+            try:
+                decoded = decode_pins(raw)
+            except InvalidConfigError:
+                decoded = {}
+                self.bad_pins += 1
+            known = self._pins_of = (raw, decoded)
+        return known[1]
+
     def receive(self, src: str, msg: Message, now: float) -> None:
         self.receive_many(src, (msg,), now)
 
@@ -534,7 +579,8 @@ class Ownership:
         if self._steady():
             # Until then a rule pass without an input would do nothing (``_quiet_until``).
             t = self._quiet_until = min(self.lease.next_time(idle=True),
-                                        self.lease.valid_until - self.config.fence_drain_s, self._loads_due_at())
+                                        self.lease.valid_until - self.config.fence_drain_s, self._loads_due_at(),
+                                        self._pins_due_at())
         else:
             t = min(self.lease.next_time(), self._now + self.config.tick_s)
         for o in self._out:
@@ -552,7 +598,7 @@ class Ownership:
         return (self.fenced_reason is None and not self.leaving and not self._restarted
                 and not (self.waiting or self.free or self._to_pass) and self._release_due == math.inf
                 and not (lease.help_choose or lease.installs or lease.condemned) and self._view_is_stable()
-                and self._loads_due_at() > self._now)
+                and self._loads_due_at() > self._now and self._pins_due_at() > self._now)
 
     def _against_stable(self) -> _Against:
         """The local view against the stable view, computed once per pair of objects: the rules
@@ -694,7 +740,13 @@ class Ownership:
         same = against.same
         if not lease.help_choose and same:
             if now >= self._loads_due_at() and self._may_refresh_loads(now):
-                lease.propose(self.view, now, self._rank(), loads=self._loads[0], loads_at=self._loads[1])
+                lease.propose(self.view, now, self._rank(), loads=self._loads[0], loads_at=self._loads[1],
+                              pins=lease.views.view.pins)
+            elif now >= self._pins_due_at() and self._may_refresh_loads(now):
+                v = lease.views.view
+                assert self._pins_plan is not None
+                lease.propose(self.view, now, self._rank(), loads=v.loads, loads_at=v.loads_at,
+                              pins=self._pins_plan[0])
             return  # nothing else to propose (the steady state; the test at the end says the same)
         removed = against.removed
         # Members seen to die or leave need no settling: waiting would only delay takeovers. Only
@@ -729,10 +781,21 @@ class Ownership:
     def _proposed_loads(self) -> dict[str, Any]:
         """The load figures a view this member proposes commits: its own if newer than the
         stable view's, else the stable view's (a view proposed for a change of members or
-        weights must not drop the figures a rebalance plans from)."""
+        weights must not drop the figures a rebalance plans from); and the stable view's pins."""
         v = self.lease.views.view
         loads, at_s = self._loads if self._loads[0] and self._loads[1] >= v.loads_at else (v.loads, v.loads_at)
-        return {"loads": loads, "loads_at": at_s}
+        return {"loads": loads, "loads_at": at_s, "pins": v.pins}
+
+    def _pins_due_at(self) -> float:
+        """Rule 13: when this member proposes its stable view again with the pins it was given:
+        at once, plus ``stable_after_s`` for each member ranked before it (as rule 12), while the
+        stable view holds the pins and figures they were planned from and other pins. inf:
+        none to propose."""
+        plan = self._pins_plan
+        v = self.lease.views.view
+        if plan is None or plan[0] == v.pins or plan[1] != v.pins or plan[2] != v.loads_at or not v.num:
+            return math.inf
+        return self._pins_set_at + self.config.stable_after_s * self._rank()
 
     def _loads_due_at(self) -> float:
         """Rule 12: when this member proposes its stable view again with its newer load figures:
@@ -844,7 +907,7 @@ class Ownership:
         stable, built = self.lease.views.view, self._table_basis
         if built is None or built[0] is not stable or built[1] != self.leaving or built[2] != self.joined:
             view = self._placement_view(without_me=self.leaving)
-            self.table = self._tables(view) if (view and self.joined) else None
+            self.table = self._table_for(view) if (view and self.joined) else None
             self._table_num = self.lease.num if self.table is not None else -1
             self._table_basis = (stable, self.leaving, self.joined)
         fenced = self.fenced_reason is not None
@@ -978,7 +1041,7 @@ class Ownership:
 
     def _table_without_me(self) -> PlacementTable | None:
         others = self._placement_view(without_me=True)
-        return self._tables(others) if others else None
+        return self._table_for(others) if others else None
 
     def _led_by_me(self) -> frozenset[int]:
         self._index_table()
@@ -1257,7 +1320,7 @@ class Ownership:
         detour = self._detour
         if detour is None or detour[0] is not self.table or detour[1] != skip:
             view = {m: w for m, w in self._placement_view(without_me=self.leaving).items() if m not in skip}
-            detour = self._detour = (self.table, skip, self._tables(view) if view else None)
+            detour = self._detour = (self.table, skip, self._table_for(view) if view else None)
         return None if detour[2] is None else detour[2].owner(p)
 
     def _current_refusers(self) -> set[str]:

@@ -98,6 +98,11 @@ class MemberOwnership:
         ``at_s`` (``Ownership.set_loads``): stable views commit them for a rebalance."""
         self.proto.set_loads(codes, at_s, now)
 
+    def set_pins(self, pins: bytes, base: bytes, loads_at: int, now: float) -> None:
+        """Pins a rebalance planned from the stable view whose pins were ``base`` and figures
+        were measured at ``loads_at`` (``Ownership.set_pins``): stable views commit them."""
+        self.proto.set_pins(pins, base, loads_at, now)
+
     def receive_datagram(self, data: bytes, now: float) -> None:
         self.proto.receive_datagram(data, now)
 

@@ -34,9 +34,11 @@ class StateRecordError(ValueError):
 
 
 def _view(v: View) -> list[Any]:
-    # [num, members, weights, incarnation], then [loads (hex), loads_at] if it carries loads: a
-    # view without them is recorded as before views carried any.
-    return [v.num, list(v.members), list(v.weights), v.inc] + ([v.loads.hex(), v.loads_at] if v.loads else [])
+    # [num, members, weights, incarnation], then [loads (hex), loads_at] if it carries loads or
+    # pins, then [pins (hex)] if it carries pins: a view without them is recorded as before views
+    # carried any.
+    tail = [v.loads.hex(), v.loads_at] if v.loads or v.pins else []
+    return [v.num, list(v.members), list(v.weights), v.inc] + tail + ([v.pins.hex()] if v.pins else [])
 
 
 def encode(state: WitnessState, *, cluster: str, node: str) -> bytes:
@@ -68,25 +70,31 @@ def _str(x: Any, what: str) -> str:
     return x
 
 
+def _hex(x: Any, what: str) -> bytes:
+    try:
+        return bytes.fromhex(_str(x, what))
+    except ValueError:
+        raise StateRecordError(f"{what} are not hex") from None
+
+
 def _decode_view(x: Any, what: str) -> View:
     # [num, members, weights, incarnation]; records written before views carried their
     # incarnation lack the last (0: unknown, ``StableViews.heard``).
-    if not (isinstance(x, list) and len(x) in (3, 4, 6) and isinstance(x[1], list) and isinstance(x[2], list)):
-        raise StateRecordError(f"{what} is not [num, members, weights, incarnation(, loads, loads_at)]")
+    if not (isinstance(x, list) and len(x) in (3, 4, 6, 7) and isinstance(x[1], list) and isinstance(x[2], list)):
+        raise StateRecordError(f"{what} is not [num, members, weights, incarnation(, loads, loads_at(, pins))]")
     num = _int(x[0], f"{what}'s number")
     inc = _int(x[3], f"{what}'s incarnation") if len(x) >= 4 else 0
-    loads, loads_at = b"", 0
-    if len(x) == 6:
-        try:
-            loads = bytes.fromhex(_str(x[4], f"{what}'s loads"))
-        except ValueError:
-            raise StateRecordError(f"{what}'s loads are not hex") from None
+    loads, loads_at, pins = b"", 0, b""
+    if len(x) >= 6:
+        loads = _hex(x[4], f"{what}'s loads")
         loads_at = _int(x[5], f"{what}'s loads time")
+    if len(x) == 7:
+        pins = _hex(x[6], f"{what}'s pins")
     members = tuple(_str(m, f"a member of {what}") for m in x[1])
     weights = tuple(float(w) if type(w) in (int, float) and math.isfinite(w) else math.nan for w in x[2])
     if num == 0 and not members and not weights:
         return NO_VIEW
-    view = View.checked(num, members, weights, inc, loads, loads_at)
+    view = View.checked(num, members, weights, inc, loads, loads_at, pins)
     if view is None:
         raise StateRecordError(f"{what} is not a valid view")
     return view

@@ -141,6 +141,7 @@ class LeaseReq:
     inc: int = 0  # with ``members``: the incarnation of that view (``View.inc``)
     loads: bytes = b""  # with ``members``: its load figures (``View.loads``; left out when empty)
     loads_at: int = 0
+    pins: bytes = b""  # with ``members``: its pins (``View.pins``; left out when empty)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class LeaseReply:
     inc: int = 0  # with ``members``: the incarnation of that view
     loads: bytes = b""  # with ``members``: its load figures (``View.loads``; left out when empty)
     loads_at: int = 0
+    pins: bytes = b""  # with ``members``: its pins (``View.pins``; left out when empty)
 
 
 @dataclass(frozen=True)
@@ -425,11 +427,12 @@ class QuorumLease:
         self.views.install(View.of(num, dict(weighted), inc), now)
 
     def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0,
-                loads: bytes = b"", loads_at: int = 0) -> None:
+                loads: bytes = b"", loads_at: int = 0, pins: bytes = b"") -> None:
         """Propose ``weighted`` as the next stable view (``ownership.views``; ``inc``: the
-        incarnation of a first view chosen from the genesis; ``loads``: its load figures)."""
+        incarnation of a first view chosen from the genesis; ``loads``: its load figures;
+        ``pins``: its pins)."""
         self.help_choose = False
-        self.views.propose(weighted, now, rank, inc=inc, loads=loads, loads_at=loads_at)
+        self.views.propose(weighted, now, rank, inc=inc, loads=loads, loads_at=loads_at, pins=pins)
         self._flush_self(now)
 
     def _installed(self, old: View, new: View, now: float) -> None:
@@ -495,7 +498,7 @@ class QuorumLease:
 
     def _learn(self, m: LeaseReq | LeaseReply, now: float) -> None:
         """A later view, from a reply or a request (members only use chosen views)."""
-        view = View.checked(m.num, m.members, m.weights, m.inc, m.loads, m.loads_at)
+        view = View.checked(m.num, m.members, m.weights, m.inc, m.loads, m.loads_at, m.pins)
         if view is not None:
             self.views.install(view, now)
 
@@ -708,7 +711,8 @@ class QuorumLease:
             taught = w in self._teach
             self._send(w, LeaseReq(self._seq, self.generation, v.ck, self._echo.get(w, 0), v.members if taught else (),
                                    self.reserve, v.num, v.weights if taught else (), v.inc if taught else first,
-                                   v.loads if taught else b"", v.loads_at if taught else 0), now)
+                                   v.loads if taught else b"", v.loads_at if taught else 0,
+                                   v.pins if taught else b""), now)
 
     def on_reply(self, src: str, r: LeaseReply, now: float) -> None:
         self._awaiting.discard(src)
@@ -828,7 +832,8 @@ class QuorumLease:
             ahead = v.num > req.num
             return LeaseReply(req.seq, v.ck, False, nonce, v.members if ahead else (), v.num,
                               v.weights if ahead else (), inc=v.inc if ahead else 0,
-                              loads=v.loads if ahead else b"", loads_at=v.loads_at if ahead else 0)
+                              loads=v.loads if ahead else b"", loads_at=v.loads_at if ahead else 0,
+                              pins=v.pins if ahead else b"")
         if nonce or self.views.pending:
             # Condemned; or a successor of this view is accepted here, so no lease under it may
             # be granted any more (``ownership.views``, point 3).

@@ -67,6 +67,10 @@ class OwnershipProtocol:
         """The latest load figures this member knows (``Ownership.set_loads``)."""
         self.core.set_loads(codes, at_s, now)
 
+    def set_pins(self, pins: bytes, base: bytes, loads_at: int, now: float) -> None:
+        """Pins a rebalance planned from a stable view (``Ownership.set_pins``)."""
+        self.core.set_pins(pins, base, loads_at, now)
+
     def handle_timer(self, now: float) -> None:
         self.core.handle_timer(now)
 

@@ -85,14 +85,17 @@ __all__ = ["View", "AcceptorState", "Prepare", "Promise", "Accept", "Accepted", 
 
 
 def view_checksum(num: int, members: tuple[str, ...], weights: tuple[float, ...], loads: bytes = b"",
-                  loads_at: int = 0) -> int:
+                  loads_at: int = 0, pins: bytes = b"") -> int:
     """CRC-32 of the view's number, members and weights (weights decide placement, so two views
-    that differ only in a weight are different views), and of its load figures if it carries any
-    (a rebalance plans from them, so two views that differ only in them are different views too;
-    without them the checksum is the one views had before they carried loads)."""
+    that differ only in a weight are different views), of its load figures if it carries any
+    (a rebalance plans from them, so two views that differ only in them are different views too)
+    and of its pins if any (they decide placement too). Without figures and pins the checksum is
+    the one views had before they carried either."""
     text = f"{num}\n" + "\n".join(f"{m}={w!r}" for m, w in sorted(zip(members, weights)))
     ck = zlib.crc32(text.encode())
-    return zlib.crc32(loads, zlib.crc32(f"\nloads@{loads_at}\n".encode(), ck)) if loads else ck
+    if loads:
+        ck = zlib.crc32(loads, zlib.crc32(f"\nloads@{loads_at}\n".encode(), ck))
+    return zlib.crc32(pins, zlib.crc32(b"\npins\n", ck)) if pins else ck
 
 
 def witnesses_of(members, k: int) -> tuple[str, ...]:
@@ -166,24 +169,33 @@ class View:
     #: present (``Ownership.set_loads``; docs/ownership.md, "Load figures").
     loads: bytes = b""
     loads_at: int = 0
+    #: Partitions pinned to chosen members by a rebalance (``placement.pins``' encoding of
+    #: partition -> member; empty: none). They decide placement with the weights
+    #: (``PlacementTable``'s pins), so they are part of ``ck`` when present and a view that
+    #: changes them moves partitions by handoff, as a weight change does (rule 13).
+    pins: bytes = b""
 
     @staticmethod
-    def of(num: int, weighted: Mapping[str, float], inc: int = 0, loads: bytes = b"", loads_at: int = 0) -> View:
+    def of(num: int, weighted: Mapping[str, float], inc: int = 0, loads: bytes = b"", loads_at: int = 0,
+           pins: bytes = b"") -> View:
         members = tuple(sorted(weighted))
         weights = tuple(float(weighted[m]) for m in members)
         loads_at = loads_at if loads else 0
-        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at), inc, loads, loads_at)
+        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at, pins), inc, loads,
+                    loads_at, pins)
 
     @staticmethod
     def checked(num: int, members: tuple[str, ...], weights: tuple[float, ...], inc: int = 0,
-                loads: bytes = b"", loads_at: int = 0) -> View | None:
+                loads: bytes = b"", loads_at: int = 0, pins: bytes = b"") -> View | None:
         """A view from a message, or None if its parts do not form one."""
         if (num < 1 or not members or len(members) != len(weights) or list(members) != sorted(set(members))
                 or not all(isinstance(w, float) and math.isfinite(w) and w >= 0 for w in weights)
-                or not isinstance(loads, bytes) or type(loads_at) is not int or loads_at < 0):
+                or not isinstance(loads, bytes) or type(loads_at) is not int or loads_at < 0
+                or not isinstance(pins, bytes)):
             return None
         loads_at = loads_at if loads else 0
-        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at), inc, loads, loads_at)
+        return View(num, members, weights, view_checksum(num, members, weights, loads, loads_at, pins), inc, loads,
+                    loads_at, pins)
 
     def weighted(self) -> dict[str, float]:
         return dict(zip(self.members, self.weights))
@@ -235,6 +247,7 @@ class Promise:
     inc: int = 0
     loads: bytes = b""  # (``View.loads``; the wire leaves both out when empty)
     loads_at: int = 0
+    pins: bytes = b""  # (``View.pins``; the wire leaves it out when empty)
 
 
 @dataclass(frozen=True)
@@ -247,6 +260,7 @@ class Accept:
     inc: int = 0
     loads: bytes = b""
     loads_at: int = 0
+    pins: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -265,10 +279,11 @@ class Decided:
     inc: int = 0
     loads: bytes = b""
     loads_at: int = 0
+    pins: bytes = b""
 
     @staticmethod
     def of(v: View) -> Decided:
-        return Decided(v.num, v.members, v.weights, v.inc, v.loads, v.loads_at)
+        return Decided(v.num, v.members, v.weights, v.inc, v.loads, v.loads_at, v.pins)
 
 
 @dataclass(frozen=True)
@@ -291,6 +306,8 @@ class DecidedStep:
     inc: int = 0
     loads: bytes = b""
     loads_at: int = 0
+    same_pins: bool = True  # the pins of the base (else ``pins``; the wire leaves both out then)
+    pins: bytes = b""
 
     @staticmethod
     def between(base: View, v: View) -> DecidedStep | None:
@@ -302,9 +319,11 @@ class DecidedStep:
         if v.num != base.num + 1 or 2 * len(changed) > len(v.members):
             return None
         same = v.loads == base.loads and v.loads_at == base.loads_at
+        same_pins = v.pins == base.pins
         return DecidedStep(v.num, base.ck, v.ck, tuple(m for m in base.members if m not in new), tuple(changed),
                            tuple(new[m] for m in changed), same, v.inc,
-                           b"" if same else v.loads, 0 if same else v.loads_at)
+                           b"" if same else v.loads, 0 if same else v.loads_at, same_pins,
+                           b"" if same_pins else v.pins)
 
     def apply(self, base: View) -> View | None:
         """The view this step leads to from ``base``, or None if ``base`` is not the view it
@@ -318,7 +337,8 @@ class DecidedStep:
         weighted.update(zip(self.ids, self.weights))
         members = tuple(sorted(weighted))
         loads, loads_at = (base.loads, base.loads_at) if self.same_loads else (self.loads, self.loads_at)
-        v = View.checked(self.num, members, tuple(weighted[m] for m in members), self.inc, loads, loads_at)
+        pins = base.pins if self.same_pins else self.pins
+        v = View.checked(self.num, members, tuple(weighted[m] for m in members), self.inc, loads, loads_at, pins)
         return v if v is not None and v.ck == self.ck else None
 
 
@@ -472,16 +492,16 @@ class StableViews:
         return self.view if self.view.num or self.genesis is None else self.genesis
 
     def propose(self, weighted: Mapping[str, float], now: float, rank: int, *, inc: int = 0,
-                loads: bytes = b"", loads_at: int = 0) -> None:
+                loads: bytes = b"", loads_at: int = 0, pins: bytes = b"") -> None:
         """Propose ``weighted`` as the successor of the installed view (idempotent while an
         attempt for that slot is under way). ``rank`` orders competing proposers' back-off.
         ``inc``: the incarnation a first view chosen from the genesis would carry; ``loads``,
-        ``loads_at``: the load figures the view commits (``View.loads``)."""
+        ``loads_at``: the load figures the view commits (``View.loads``); ``pins``: its pins."""
         base = self._base()
         if not base.members:
             return
         p = self._proposal
-        own = View.of(base.num + 1, weighted, base.inc if base.num else inc, loads, loads_at)
+        own = View.of(base.num + 1, weighted, base.inc if base.num else inc, loads, loads_at, pins)
         if p is not None and p.slot == base.num + 1 and p.own.ck == own.ck:
             return
         # A new value for a slot under way (this member's view changed since it proposed) starts
@@ -502,7 +522,7 @@ class StableViews:
         514: partitions orphaned for good). A proposer may stop at any time in Paxos: acceptors
         keep what they accepted, and a later proposer adopts it in phase 1 (``superseded``)."""
         p = self._proposal
-        if p is not None and p.own.ck != View.of(p.slot, weighted, p.own.inc, p.own.loads, p.own.loads_at).ck:
+        if p is not None and p.own.ck != View.of(p.slot, weighted, p.own.inc, p.own.loads, p.own.loads_at, p.own.pins).ck:
             self._proposal = None
 
     def _start(self, now: float) -> None:
@@ -533,7 +553,7 @@ class StableViews:
             elif p.phase == 2 and w not in p.accepted:
                 v = p.value
                 assert v is not None
-                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc, v.loads, v.loads_at))
+                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc, v.loads, v.loads_at, v.pins))
 
     def next_time(self) -> float:
         p = self._proposal
@@ -574,7 +594,7 @@ class StableViews:
             self._start(now)
         else:
             a = accepted[1]  # (a first view: its incarnation)
-            self.propose(a.weighted(), now, rank, inc=a.inc, loads=a.loads, loads_at=a.loads_at)
+            self.propose(a.weighted(), now, rank, inc=a.inc, loads=a.loads, loads_at=a.loads_at, pins=a.pins)
 
     def _on_promise(self, src: str, m: Promise, now: float) -> None:
         p = self._proposal
@@ -585,7 +605,7 @@ class StableViews:
             return
         if m.rnd != p.rnd or p.phase != 1:
             return
-        prior = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at) if m.acc_rnd else None
+        prior = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at, m.pins) if m.acc_rnd else None
         p.promises[src] = ((m.acc_rnd, m.acc_by), prior)
         if p.witnesses.quorum(p.promises):
             # Paxos: the value accepted in the highest ballot, if any, else our own.
@@ -636,7 +656,7 @@ class StableViews:
         if self._accepted is None:
             return Promise(m.slot, m.rnd, True)
         (acc_rnd, acc_by), v = self._accepted
-        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights, v.inc, v.loads, v.loads_at)
+        return Promise(m.slot, m.rnd, True, acc_rnd, acc_by, v.members, v.weights, v.inc, v.loads, v.loads_at, v.pins)
 
     def _on_accept(self, src: str, m: Accept, now: float) -> ViewMessage | None:
         if m.slot <= self.view.num:
@@ -648,7 +668,7 @@ class StableViews:
             return None
         self._voting()
         ballot = (m.rnd, src)
-        value = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at)
+        value = View.checked(m.slot, m.members, m.weights, m.inc, m.loads, m.loads_at, m.pins)
         if value is None:
             return None
         if ballot < self._promised:
@@ -739,7 +759,7 @@ class StableViews:
             else:
                 self.steps_missed += 1
         else:
-            view = View.checked(msg.num, msg.members, msg.weights, msg.inc, msg.loads, msg.loads_at)
+            view = View.checked(msg.num, msg.members, msg.weights, msg.inc, msg.loads, msg.loads_at, msg.pins)
             if view is not None:
                 self.install(view, now)
         return None

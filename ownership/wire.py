@@ -95,7 +95,7 @@ def _any(v: Any) -> bool:
 
 
 def _loads(v: Any) -> bool:
-    """A view's load figures (``View.loads``): one byte per partition."""
+    """A view's load figures (``View.loads``): one byte per partition; or its pins (``View.pins``)."""
     return isinstance(v, bytes) and len(v) <= 1 << 16
 
 
@@ -115,21 +115,21 @@ _KINDS: dict[int, tuple[type, tuple[Callable[[Any], bool], ...]]] = {
     1: (NoteAck, (_PARTITION, _EPOCH)),
     2: (Redirect, (_PARTITION, _id, _EPOCH)),
     3: (Query, (_PARTITION, _EPOCH)),
-    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights, _EPOCH, _loads, _EPOCH)),
-    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool, _EPOCH, _EPOCH, _loads, _EPOCH)),
+    4: (LeaseReq, (_EPOCH, _EPOCH, _CK, _EPOCH, _ids, _EPOCH, _EPOCH, _weights, _EPOCH, _loads, _EPOCH, _loads)),
+    5: (LeaseReply, (_EPOCH, _CK, _bool, _EPOCH, _ids, _EPOCH, _weights, _bool, _EPOCH, _EPOCH, _loads, _EPOCH, _loads)),
     6: (Condemn, (_id, _CK, _EPOCH)),
     7: (CondemnReply, (_id, _EPOCH, _CK, _bool, _seconds, _EPOCH)),
     8: (Prepare, (_EPOCH, _EPOCH, _CK, _EPOCH)),
-    9: (Promise, (_EPOCH, _EPOCH, _bool, _EPOCH, _id_or_none, _ids, _weights, _EPOCH, _loads, _EPOCH)),
-    10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights, _EPOCH, _loads, _EPOCH)),
+    9: (Promise, (_EPOCH, _EPOCH, _bool, _EPOCH, _id_or_none, _ids, _weights, _EPOCH, _loads, _EPOCH, _loads)),
+    10: (Accept, (_EPOCH, _EPOCH, _CK, _ids, _weights, _EPOCH, _loads, _EPOCH, _loads)),
     11: (Accepted, (_EPOCH, _EPOCH, _bool)),
-    12: (Decided, (_EPOCH, _ids, _weights, _EPOCH, _loads, _EPOCH)),
+    12: (Decided, (_EPOCH, _ids, _weights, _EPOCH, _loads, _EPOCH, _loads)),
     14: (Census, (_EPOCH, _PARTITIONS)),
     15: (Disown, (_EPOCH, _PARTITIONS, _EPOCHS)),
     16: (NoteRefused, (_PARTITION, _EPOCH)),
     17: (ViewAsk, (_EPOCH,)),
     18: (NoView, (_EPOCH, _uint(FORMS + 1))),
-    19: (DecidedStep, (_EPOCH, _CK, _CK, _ids, _ids, _weights, _bool, _EPOCH, _loads, _EPOCH)),
+    19: (DecidedStep, (_EPOCH, _CK, _CK, _ids, _ids, _weights, _bool, _EPOCH, _loads, _EPOCH, _bool, _loads)),
 }
 _KIND_OF = {cls: kind for kind, (cls, _) in _KINDS.items()}
 #: kind -> where its fields that travel as lists are tuples in the class
@@ -139,17 +139,31 @@ _TUPLE_AT = {kind: tuple(i for i, check in enumerate(checks) if check in _TUPLES
 #: message sent was most of the encoding's cost (a witness answers every member each second).
 def _getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     """A tuple of the fields of a message, in order (``attrgetter`` of one name returns the value).
-    A message that carries a view's load figures ends with ``loads, loads_at``: both are left
-    out when ``loads`` is empty, so such a message is byte for byte what it was before views
-    carried loads (and what a decoder of that time reads; ``_REQUIRED``)."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    A message that carries a view ends with its optional parts (``_TAIL``: ``loads, loads_at``,
+    then ``pins``, a step's ``same_pins, pins``): those at the end that hold their defaults are
+    left out, so a message of a view without figures or pins is byte for byte what it was before
+    views carried them (and what a decoder of that time reads; ``_REQUIRED``)."""
+    fields = dataclasses.fields(cls)
+    names = [f.name for f in fields]
     get = operator.attrgetter(*names)
-    if names[-2:] == ["loads", "loads_at"]:
-        def without_empty_loads(msg: Any) -> tuple[Any, ...]:
+    tail = 0
+    while tail < len(names) and names[len(names) - 1 - tail] in _TAIL:
+        tail += 1
+    if tail:
+        defaults = [f.default for f in fields[len(names) - tail:]]
+
+        def without_defaults(msg: Any) -> tuple[Any, ...]:
             values = get(msg)
-            return values if msg.loads else values[:-2]
-        return without_empty_loads
+            end = len(values)
+            while end > len(values) - tail and values[end - 1] == defaults[end - 1 - len(values) + tail]:
+                end -= 1
+            return values[:end]
+        return without_defaults
     return get if len(names) > 1 else lambda msg: (get(msg),)
+
+
+#: A view's optional parts, last in the messages that carry one (``_getter``).
+_TAIL = frozenset({"loads", "loads_at", "same_pins", "pins"})
 
 
 _ENCODE = {cls: (kind, _getter(cls)) for kind, (cls, _) in _KINDS.items()}

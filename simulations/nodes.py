@@ -49,15 +49,17 @@ class PlacementSettings:
         # function of the view alone, so each distinct view is computed once, not per node.
         self._tables: dict[frozenset, PlacementTable] = {}
 
-    def table(self, view: dict[str, float], base: PlacementTable | None) -> PlacementTable:
-        """The table of ``view`` (incrementally from ``base``, a table of an earlier view)."""
-        key = frozenset(view.items())
+    def table(self, view: dict[str, float], base: PlacementTable | None,
+              pins: dict[int, str] | None = None) -> PlacementTable:
+        """The table of ``view`` with ``pins`` (a stable view's: rule 13), incrementally from
+        ``base``, a table of an earlier view."""
+        key = (frozenset(view.items()), tuple(sorted(pins.items())) if pins else ())
         table = self._tables.get(key)
         if table is None:
             if base is None:
-                table = PlacementTable.build(view, self.partitions, self.replicas, self.seed)
+                table = PlacementTable.build(view, self.partitions, self.replicas, self.seed, pins=pins or None)
             else:
-                table = base.with_members(view)
+                table = base.with_members(view, pins=pins or {})
             if len(self._tables) >= 64:
                 self._tables.clear()
             self._tables[key] = table
@@ -247,8 +249,8 @@ class SwimNode(Node):
         SwimNode.tables_set += 1
         self.sim.touched.append(self)
 
-    def _table_of(self, view) -> PlacementTable:
-        self._table = self.placement.table(dict(view), self._table)
+    def _table_of(self, view, pins: dict[int, str] | None = None) -> PlacementTable:
+        self._table = self.placement.table(dict(view), self._table, pins)
         return self._table
 
     def crash(self) -> None:
@@ -298,6 +300,13 @@ class SwimNode(Node):
         if self.glue is None or not self.up or self.core is None:
             return
         self.glue.set_loads(codes, at_s, self.sim.now)
+        self._flush()
+
+    def set_pins(self, pins: bytes, base: bytes, loads_at: int) -> None:
+        """Pins planned from a stable view (``MemberOwnership.set_pins``; ``simulations.rebalancing``)."""
+        if self.glue is None or not self.up or self.core is None:
+            return
+        self.glue.set_pins(pins, base, loads_at, self.sim.now)
         self._flush()
 
     # ------------------------------------------------------------------ driving the core

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from placement import PlacementTable
+from placement.pinning import PinPlan, plan_pins
+from placement.pins import decode_pins, encode_pins
 from placement.rebalance import LoadReport, MoveBudget, Plan, RebalanceConfig, plan
 from placement.table import TableConfig
 
@@ -48,7 +50,10 @@ class LoadRounds:
 
     def __init__(self, cluster, model: LoadModel, *, period_s: float, first_s: float, load_aware: bool,
                  sample_s: float = 30.0, settle_s: float = 60.0, plan_after_s: float = 10.0,
-                 rebalance: RebalanceConfig | None = None) -> None:
+                 rebalance: RebalanceConfig | None = None, by: str = "weights") -> None:
+        if by not in ("weights", "pins"):
+            raise ValueError(f"balance by 'weights' or 'pins', not {by!r}")
+        self.by = by
         self.cluster = cluster
         self.sim = cluster.sim
         self.model = model
@@ -114,44 +119,59 @@ class LoadRounds:
 
     def _plan_round(self, record: dict[str, Any], reported: LoadReport, at_s: int) -> None:
         plans = self._plan_everywhere(reported, at_s)
-        mine = {m: p.weights[m] for m, (_, _, p) in plans.items() if p.changed and m in p.weights}
-        if mine:
-            self.cluster.set_weights(mine)
+        if self.by == "pins":
+            for m, (_, loads_at, p, base) in plans.items():
+                if p.changed:
+                    self.cluster.nodes[m].set_pins(encode_pins(p.pins), base, loads_at)
+        else:
+            mine = {m: p.weights[m] for m, (_, _, p, _) in plans.items() if p.changed and m in p.weights}
+            if mine:
+                self.cluster.set_weights(mine)
         first = next(iter(plans.values()), None)
         if first is not None:
             p = first[2]
             record.update(planned=p.changed, reason=p.reason, expected=round(p.ratio_after, 4),
-                          moved_planned=p.moved, views=sorted({num for num, _, _ in plans.values()}),
-                          loads_at=sorted({at for _, at, _ in plans.values()}))
+                          moved_planned=p.moved, views=sorted({num for num, _, _, _ in plans.values()}),
+                          loads_at=sorted({at for _, at, _, _ in plans.values()}))
         record["members_planned"] = len(plans)
         self.sim.at(self.sim.now + self.settle_s, self._settled, record)
 
-    def _plan_everywhere(self, reported: LoadReport, at_s: int) -> dict[str, tuple[int, int, Plan]]:
+    def _plan_everywhere(self, reported: LoadReport, at_s: int) -> dict[str, tuple[int, int, Plan | PinPlan, bytes]]:
         """Every running member plans from its own stable view, with the load figures it
         committed, once per committed set (without exclusive ownership: from its gossip view,
         number 0, and the round's figures as reported); plans from equal views must agree.
-        member -> (view number, committed time of the figures, plan)."""
-        plans: dict[str, tuple[int, int, Plan]] = {}
-        by_view: dict[tuple, tuple[Plan, MoveBudget]] = {}
+        member -> (view number, committed time of the figures, plan, the view's pins)."""
+        plans: dict[str, tuple[int, int, Plan | PinPlan, bytes]] = {}
+        by_view: dict[tuple, tuple[Plan | PinPlan, MoveBudget]] = {}
         for n in self._members():
             own = n.own
+            base = b""
             if own is None:
+                if self.by == "pins":
+                    continue  # pins are committed by stable views: none without exclusive ownership
                 num, ck, weights, report, loads_at = 0, 0, dict(n.view), reported, at_s
             else:
                 v = own.lease.views.view
                 if len(v.loads) != self.config.partitions:
                     continue  # no stable view yet, or it commits no figures (for this table)
                 num, ck, weights, report, loads_at = v.num, v.ck, v.weighted(), LoadReport(v.loads), v.loads_at
+                base = v.pins
             if self.planned_at.get(n.node_id) == loads_at:
                 continue  # planned from these figures already: nothing new was committed
             self.planned_at[n.node_id] = loads_at
             budget = self.budgets.get(n.node_id, MoveBudget(at_s=loads_at)).refilled(loads_at)
-            p = plan(weights, report, self.config, self.rebalance, allowance=budget.tokens)
+            p: Plan | PinPlan
+            if self.by == "pins":
+                table = self.cluster.placement.table({m: w for m, w in weights.items() if w > 0}, None,
+                                                     decode_pins(base))
+                p = plan_pins(table, report, self.rebalance, allowance=budget.tokens)
+            else:
+                p = plan(weights, report, self.config, self.rebalance, allowance=budget.tokens)
             self.budgets[n.node_id] = budget.spent(p.moved, self.config.partitions)
             seen = by_view.setdefault((num, ck, *sorted(weights.items())), (p, budget))
             if seen != (p, budget):
                 self.agree = False
-            plans[n.node_id] = (num, loads_at, p)
+            plans[n.node_id] = (num, loads_at, p, base)
         return plans
 
     def _settled(self, record: dict[str, Any]) -> None:

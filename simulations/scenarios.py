@@ -165,13 +165,14 @@ def weight_change(cluster: Cluster, duration_s: float, weight: float = 2.0, at_s
           # period does (the figures change once a round).
           rules=lambda cfg, params: dataclasses.replace(cfg, loads_every_s=params["period_s"] / 2))
 def load_skew(cluster: Cluster, duration_s: float, period_s: float = 300.0, first_s: float = 30.0,
-              drift_every_s: float = 180.0, load_aware: bool = True) -> None:
+              drift_every_s: float = 180.0, load_aware: bool = True, balance_by: str = "weights") -> None:
     """Issue 33 item 3 (``simulations.rebalancing``): static max/mean is measured beside the
-    load-aware one on the same loads in either case."""
+    load-aware one on the same loads in either case. ``balance_by``: "weights" (each member
+    plans its own weight) or "pins" (chosen partitions pinned by the stable view, rule 13)."""
     from .load_model import LoadModel, LoadShape
     from .rebalancing import LoadRounds
     model = LoadModel(cluster.placement.partitions, cluster.sim.seed, LoadShape(drift_every_s=drift_every_s))
-    LoadRounds(cluster, model, period_s=period_s, first_s=first_s, load_aware=load_aware).start()
+    LoadRounds(cluster, model, period_s=period_s, first_s=first_s, load_aware=load_aware, by=balance_by).start()
 
 
 @scenario("loss", "packet loss `loss` on every link from t=0, one crash at t=`crash_at_s`",

@@ -112,6 +112,7 @@ class ExclusiveRunner:
         self._table_config = table_config
         self._table: PlacementTable | None = None
         self._table_view: dict[str, float] = {}
+        self._table_pins: dict[int, str] = {}
         self._hooks = hooks
         # A founder draws the cluster's incarnation (``ownership.views.View.inc``): a cluster
         # founded anew under the same name is then told apart from the old one.
@@ -168,6 +169,12 @@ class ExclusiveRunner:
         proposes commit them (rule 12). On the membership thread."""
         if not self.closed:
             self.glue.set_loads(codes, at_s, self._loop.time())
+            self._drive()
+
+    def set_pins(self, pins: bytes, base: bytes, loads_at: int) -> None:
+        """Pins this node's balancer planned from a stable view (rule 13). On the membership thread."""
+        if not self.closed:
+            self.glue.set_pins(pins, base, loads_at, self._loop.time())
             self._drive()
 
     def declared_dead(self) -> None:
@@ -255,13 +262,15 @@ class ExclusiveRunner:
 
     # ------------------------------------------------------------------ outputs
 
-    def _table_of(self, view: Mapping[str, float]) -> PlacementTable:
+    def _table_of(self, view: Mapping[str, float], pins: Mapping[int, str] | None = None) -> PlacementTable:
+        """The table of a stable view's weights and pins (``Ownership``'s table function)."""
         old = self._table
-        if old is not None and self._table_view == view:
+        pins = dict(pins or {})
+        if old is not None and self._table_view == view and self._table_pins == pins:
             return old
-        self._table_view = dict(view)
-        self._table = (old.with_members(self._table_view) if old is not None
-                       else PlacementTable.from_config(self._table_config, self._table_view))
+        self._table_view, self._table_pins = dict(view), pins
+        self._table = (old.with_members(self._table_view, pins=pins) if old is not None
+                       else PlacementTable.from_config(self._table_config, self._table_view, pins=pins or None))
         return self._table
 
     def _drive(self) -> None:

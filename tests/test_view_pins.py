@@ -1,0 +1,153 @@
+"""Stable views that commit pins (issue 33, rule 13): ``View.pins``, its checksum and wire form,
+the durable record, and the rule (a member proposes its view again with the pins a rebalance
+planned from it; the pinned partitions move by handoff, one owner at a time)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ownership import ExclusiveConfig, Ownership, Release
+from ownership.durable import decode as decode_record
+from ownership.durable import encode as encode_record
+from ownership.lease import LeaseReply, LeaseReq, WitnessState
+from ownership.views import Accept, AcceptorState, Decided, DecidedStep, Promise, View
+from ownership.wire import decode, encode
+from placement import PlacementTable
+from placement.pins import encode_pins
+
+P = 64
+
+
+def _tables(view, pins=None):
+    return PlacementTable.build(dict(view), P, 1, 0, pins=pins)
+
+
+def test_pins_are_part_of_the_checksum_and_travel_in_every_view_message() -> None:
+    plain = View.of(7, {"a": 1.0, "b": 1.0}, loads=b"\x01\x02", loads_at=60)
+    pinned = View.of(7, {"a": 1.0, "b": 1.0}, loads=b"\x01\x02", loads_at=60, pins=encode_pins({3: "b"}))
+    assert pinned.ck != plain.ck
+    assert View.of(7, {"a": 1.0, "b": 1.0}, loads=b"\x01\x02", loads_at=60, pins=encode_pins({3: "a"})).ck != pinned.ck
+    only_pins = View.of(7, {"a": 1.0, "b": 1.0}, pins=encode_pins({3: "b"}))  # pins without figures
+    v = pinned
+    msgs = [
+        Decided.of(v), Decided.of(only_pins),
+        Accept(7, 2, 123, v.members, v.weights, 0, v.loads, v.loads_at, v.pins),
+        Promise(7, 2, True, 1, "b", v.members, v.weights, 0, v.loads, v.loads_at, v.pins),
+        LeaseReq(5, 1, v.ck, 0, v.members, 10, 7, v.weights, 0, v.loads, v.loads_at, v.pins),
+        LeaseReply(5, v.ck, False, 0, v.members, 7, v.weights, False, 0, 0, v.loads, v.loads_at, v.pins)]
+    for msg in msgs:
+        data = encode("a", msg, cluster="c")
+        assert decode(data, cluster="c") == ("a", msg)
+        # An older decoder ignores the fields it does not know (``wire._REQUIRED``).
+        assert len(data) > len(encode("a", dataclasses.replace(msg, pins=b""), cluster="c"))
+    d = decode(encode("a", Decided.of(only_pins), cluster="c"), cluster="c")
+    assert d is not None and isinstance(d[1], Decided)
+    assert View.checked(d[1].num, d[1].members, d[1].weights, d[1].inc, d[1].loads, d[1].loads_at,
+                        d[1].pins) == only_pins
+
+
+def test_a_step_carries_changed_pins_and_leaves_out_unchanged_ones() -> None:
+    base = View.of(7, {"a": 1.0, "b": 1.0, "c": 1.0}, pins=encode_pins({1: "a"}))
+    same = View.of(8, {"a": 1.0, "b": 1.0, "c": 2.0}, pins=base.pins)
+    moved = View.of(8, {"a": 1.0, "b": 1.0, "c": 1.0}, pins=encode_pins({1: "a", 5: "c"}))
+    for new in (same, moved):
+        step = DecidedStep.between(base, new)
+        assert step is not None and step.same_pins == (new.pins == base.pins)
+        got = decode(encode("a", step, cluster="c"), cluster="c")
+        assert got is not None and got[1] == step and step.apply(base) == new
+    assert DecidedStep.between(base, same).pins == b""
+
+
+def test_the_durable_record_keeps_a_views_pins() -> None:
+    pinned = View.of(4, {"a": 1.0, "b": 1.0}, inc=9, pins=encode_pins({0: "b"}))
+    both = View.of(5, {"a": 1.0, "b": 1.0}, inc=9, loads=b"\x01\xff", loads_at=30, pins=pinned.pins)
+    for view, accepted in ((pinned, None), (pinned, ((2, "a"), both)), (both, None)):
+        state = WitnessState(AcceptorState(view, (2, "a"), accepted))
+        data = encode_record(state, cluster="c", node="a")
+        assert decode_record(data, cluster="c", node="a").views == state.views
+
+
+def _pair() -> tuple[Ownership, Ownership, float]:
+    cfg = ExclusiveConfig(loads_every_s=60.0)
+    now = 0.0
+    a = Ownership("n1", cfg, _tables, now, founder=True)
+    b = Ownership("n2", cfg, _tables, now, founder=False)
+    view = {"n1": 1.0, "n2": 1.0}
+    a.set_view({"n1": 1.0}, (), now)
+    now += 0.1
+    a.set_view(view, (), now)
+    b.set_view(view, (), now)
+    now = _run(a, b, now, 20.0, [])
+    for c in (a, b):
+        c.set_loads(bytes(range(P)), 100, now)
+    now = _run(a, b, now, 10.0, [])
+    assert a.owned and b.owned and a.lease.views.view.loads_at == b.lease.views.view.loads_at == 100
+    return a, b, now
+
+
+def _run(a: Ownership, b: Ownership, now: float, seconds: float, actions: list) -> float:
+    """Drive both; every 0.25 s check no partition is owned by both (the handoff's promise)."""
+    end = now + seconds
+    while now < end:
+        now += 0.25
+        for c in (a, b):
+            c.handle_timer(now)
+            for x in c.actions():
+                actions.append((c.me, x))
+                if isinstance(x, Release):
+                    c.release_done(x.partition, now)
+        for src, dst in ((a, b), (b, a), (a, b)):
+            for _to, msg in src.messages(now):
+                dst.receive(src.me, msg, now)
+        both = set(a.owned) & set(b.owned)
+        assert not both, f"owned twice at {now}: {sorted(both)}"
+    return now
+
+
+def test_pins_planned_from_the_stable_view_are_committed_and_move_their_partitions() -> None:
+    """Rule 13: given the pins planned from the stable view, its members propose it again with
+    them; the view is chosen and the pinned partitions move to their pinned members by handoff."""
+    a, b, now = _pair()
+    v = a.lease.views.view
+    theirs = sorted(b.owned)[:3]
+    pins = {p: "n1" for p in theirs}
+    for c in (a, b):
+        c.set_pins(encode_pins(pins), v.pins, v.loads_at, now)
+    now = _run(a, b, now, 20.0, [])
+    for c in (a, b):
+        w = c.lease.views.view
+        assert w.num == v.num + 1 and w.pins == encode_pins(pins) and (w.loads, w.loads_at) == (v.loads, v.loads_at)
+        assert all(c.table.owner(p) == "n1" for p in theirs)
+    assert set(theirs) <= set(a.owned) and not set(theirs) & set(b.owned)
+    # Newer figures keep the pins (rule 12's view carries the stable view's).
+    for c in (a, b):
+        c.set_loads(bytes(reversed(range(P))), 200, now)
+    now = _run(a, b, now, 70.0, [])
+    w = a.lease.views.view
+    assert w.loads_at == 200 and w.pins == encode_pins(pins)
+
+
+def test_pins_planned_from_another_view_are_not_proposed() -> None:
+    """Pins planned from a view whose pins or figures are no longer the stable view's would undo
+    a newer plan: nobody proposes them."""
+    a, b, now = _pair()
+    v = a.lease.views.view
+    num = v.num
+    for c in (a, b):
+        c.set_pins(encode_pins({0: "n2"}), encode_pins({1: "n1"}), v.loads_at, now)  # other base pins
+    now = _run(a, b, now, 20.0, [])
+    assert a.lease.views.view.num == num
+    for c in (a, b):
+        c.set_pins(encode_pins({0: "n2"}), v.pins, v.loads_at - 1, now)  # older figures
+    now = _run(a, b, now, 20.0, [])
+    assert a.lease.views.view.num == num and a.lease.views.view.pins == b""
+
+
+def test_undecodable_pins_place_as_if_unpinned_and_are_counted() -> None:
+    a, b, now = _pair()
+    v = a.lease.views.view
+    for c in (a, b):
+        c.set_pins(b"\xc1not msgpack", v.pins, v.loads_at, now)
+    now = _run(a, b, now, 20.0, [])
+    assert a.lease.views.view.pins == b"\xc1not msgpack"
+    assert a.table == _tables(a.lease.weights) and a.bad_pins >= 1 and b.bad_pins >= 1
