@@ -3,7 +3,7 @@ gap between the planner alone and the simulator comes from, and what the move bu
 
     python benchmarks/bench_load_plan.py [--nodes 64] [--partitions 4096] [--seeds 1-5]
         [--duration 700] [--variants quantised,exact,nodrift,exact-nodrift,pinned] [--refill 0.04]
-        [--drift-bound]
+        [--period 300] [--drift-bound]
 
 Replays the simulator's rounds without the cluster: members ``n000``... at weight 1, the
 scenario's load model (same seed), a round every 300 s from t=30 whose figures are the model's
@@ -48,8 +48,6 @@ from placement.rebalance import LoadReport, MoveBudget, RebalanceConfig, plan
 from placement.table import PlacementTable, TableConfig
 from simulations.load_model import LoadModel
 
-import os
-TARGET = float(os.environ['PIN_TARGET']) if os.environ.get('PIN_TARGET') else None
 FIRST_S, PERIOD_S, PLAN_AFTER_S, SETTLE_S, SAMPLE_S = 30, 300, 10, 60, 30
 
 
@@ -128,7 +126,7 @@ def replay(nodes: int, partitions: int, seed: int, variant: str, duration_s: flo
             report = _Exact(figures) if variant.startswith("exact") else LoadReport.of(figures)
             budget = budget.refilled(at)
             if variant == "pins":
-                pp = plan_pins(table, report, rb, allowance=budget.tokens, target=TARGET)
+                pp = plan_pins(table, report, rb, allowance=budget.tokens)
                 table, moved = table.with_pins(pp.pins), pp.moved
                 owners, out_pins = leaders(table), max(out_pins, len(pp.pins))
             elif variant == "pinned":

@@ -522,7 +522,8 @@ class StableViews:
         514: partitions orphaned for good). A proposer may stop at any time in Paxos: acceptors
         keep what they accepted, and a later proposer adopts it in phase 1 (``superseded``)."""
         p = self._proposal
-        if p is not None and p.own.ck != View.of(p.slot, weighted, p.own.inc, p.own.loads, p.own.loads_at, p.own.pins).ck:
+        own = p.own if p is not None else None
+        if own is not None and own.ck != View.of(own.num, weighted, own.inc, own.loads, own.loads_at, own.pins).ck:
             self._proposal = None
 
     def _start(self, now: float) -> None:
@@ -553,7 +554,8 @@ class StableViews:
             elif p.phase == 2 and w not in p.accepted:
                 v = p.value
                 assert v is not None
-                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc, v.loads, v.loads_at, v.pins))
+                self._send(w, Accept(p.slot, p.rnd, p.base.ck, v.members, v.weights, v.inc, v.loads, v.loads_at,
+                                     v.pins))
 
     def next_time(self) -> float:
         p = self._proposal

@@ -110,6 +110,13 @@ def ownership_mode(text: str) -> str:
     return text
 
 
+def balance_by(text: str) -> str:
+    """``pins`` (chosen partitions move) or ``weights`` (members' weights move): ``--balance-by``."""
+    if text not in ("pins", "weights"):
+        raise _bad("pins or weights", text)
+    return text
+
+
 def import_ref(text: str) -> Callable[..., Any]:
     """``MODULE:ATTR`` (as uvicorn's app argument): the callable it names, imported now so a
     typo is an error at start, not when the first partition arrives. The current directory is

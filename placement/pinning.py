@@ -27,8 +27,8 @@ are tried. Stopping at ``trigger`` rather than at balance is what keeps the move
 4 %/h: replayed over four hours of ``load-skew`` at N=16, P=1,024 (``bench_load_plan.py
 --variants pins``, five seeds) a target of 1.0 moved 6.4 %/h for a mean max/mean of 1.135, 1.05
 moved 7.3 %/h for 1.129, 1.1 moved 2.7 %/h for 1.144 (weights: 5.7 %/h for 1.268): the drift
-undoes a finer balance within a round or two anyway. Hysteresis as ``rebalance``: no plan at or below ``trigger``, none gaining less than
-``min_gain``.
+undoes a finer balance within a round or two anyway. Hysteresis as ``rebalance``: no plan at or
+below ``trigger``, none gaining less than ``min_gain``.
 
 What pins cannot do either: a partition heavier than about 1.2x a member's mean load caps
 max/mean above 1.2 under any placement of whole partitions.
@@ -37,7 +37,6 @@ max/mean above 1.2 under any placement of whole partitions.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final
@@ -52,6 +51,7 @@ __all__ = ["PinPlan", "plan_pins", "MAX_PINS_FRACTION"]
 
 #: At most this fraction of the partitions is pinned (``plan_pins``'s ``max_pins`` default).
 MAX_PINS_FRACTION: Final = Fraction(1, 4)
+_DEFAULTS: Final = RebalanceConfig()
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class PinPlan:
         return self.moved / self.partitions
 
 
-def plan_pins(table: PlacementTable, loads: LoadReport, rebalance: RebalanceConfig = RebalanceConfig(), *,
+def plan_pins(table: PlacementTable, loads: LoadReport, rebalance: RebalanceConfig = _DEFAULTS, *,
               allowance: float | Fraction = 1, max_pins: Fraction = MAX_PINS_FRACTION,
               target: float | Fraction | None = None) -> PinPlan:
     """New pins for ``table`` (a stable view's: its weights and pins) that bring max/mean load

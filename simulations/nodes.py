@@ -47,7 +47,7 @@ class PlacementSettings:
         self.seed = seed
         # Tables by view: the nodes of a converged cluster hold equal views, and a table is a
         # function of the view alone, so each distinct view is computed once, not per node.
-        self._tables: dict[frozenset, PlacementTable] = {}
+        self._tables: dict[tuple[frozenset, tuple], PlacementTable] = {}
 
     def table(self, view: dict[str, float], base: PlacementTable | None,
               pins: dict[int, str] | None = None) -> PlacementTable:

@@ -121,10 +121,11 @@ class LoadRounds:
         plans = self._plan_everywhere(reported, at_s)
         if self.by == "pins":
             for m, (_, loads_at, p, base) in plans.items():
-                if p.changed:
+                if isinstance(p, PinPlan) and p.changed:
                     self.cluster.nodes[m].set_pins(encode_pins(p.pins), base, loads_at)
         else:
-            mine = {m: p.weights[m] for m, (_, _, p, _) in plans.items() if p.changed and m in p.weights}
+            mine = {m: p.weights[m] for m, (_, _, p, _) in plans.items()
+                    if isinstance(p, Plan) and p.changed and m in p.weights}
             if mine:
                 self.cluster.set_weights(mine)
         first = next(iter(plans.values()), None)

@@ -12,7 +12,7 @@ import pytest
 
 from ownership.views import View
 from placement import PlacementTable
-from placement.rebalance import LoadReport
+from placement.rebalance import LoadReport, Plan
 from placement.service.console.balancing import OFF_NOTE, BalancingOut, balancing, leader_loads
 from placement.service.http_api import create_app
 from placement.service.load_balance import LoadBalancer
@@ -68,7 +68,7 @@ def test_each_plan_is_recorded_with_its_view_ratios_moves_and_weight_changes():
     clock = [5000.0]
     lb = balancer(calls, clock)
     made = lb.view(hot_view(7, WEIGHTS, "a", 1000))
-    assert made is not None and made.changed
+    assert isinstance(made, Plan) and made.changed
     (s,) = lb.history.steps()
     assert (s.view, s.loads_at, s.at, s.reason, s.own) == (7, 1000, 5000.0, "planned", "set")
     assert (s.max_over_mean_before, s.max_over_mean_after, s.moved) == (made.ratio_before, made.ratio_after, made.moved)
@@ -144,7 +144,7 @@ def test_figures_of_another_size_sum_to_nothing():
 def test_the_route_on_nodes_with_and_without_load_aware():
     async def main():
         for load_aware_s in (0.0, 60.0):  # 60 s: no gathering round runs during the test
-            node = await Node(config("n1", load_aware_s=load_aware_s)).start()
+            node = await Node(config("n1", load_aware_s=load_aware_s, balance_by="weights")).start()
             try:
                 transport = httpx.ASGITransport(app=create_app(node))
                 async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ownership.views import View
-from placement.rebalance import LoadReport
+from placement.rebalance import LoadReport, Plan
 from placement.service.load_balance import LoadBalancer
 from placement.service.node import Node
 from placement.table import TableConfig
@@ -71,7 +71,7 @@ def test_a_plan_is_made_once_per_committed_figures_and_sets_only_this_members_we
     hot = [1000.0 if table_owner.owner(p) == "a" else 1.0 for p in range(P)]  # a leads all the load
     view = View.of(7, weights, loads=LoadReport.of(hot).codes, loads_at=1000)
     made = lb.view(view)
-    assert made is not None and made.changed and made.ratio_after < made.ratio_before
+    assert isinstance(made, Plan) and made.changed and made.ratio_after < made.ratio_before
     assert calls == [("weight", made.weights["a"])] and made.weights["a"] < 1.0
     assert lb.view(view) is None and lb.view(View.of(8, weights, loads=view.loads, loads_at=1000)) is None
     assert lb.view(View.of(9, weights)) is None  # no figures: nothing to plan from
@@ -86,7 +86,8 @@ def test_three_nodes_plan_one_set_of_weights_from_their_committed_views():
         ledger = Ledger()
         nodes: list[Node] = []
         for i in (1, 2, 3):
-            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0))
+            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0,
+                               balance_by="weights"))
             ledger.attach(node)
             nodes.append(await node.start())
         try:
@@ -103,6 +104,43 @@ def test_three_nodes_plan_one_set_of_weights_from_their_committed_views():
                 raise AssertionError(f"no planned weights everywhere: {[n.table.members for n in nodes]}, "
                                      f"{[n.load_balancing for n in nodes]}")
             assert all(n.load_balancing["last_plan"] is not None for n in nodes)  # type: ignore[index]
+            assert ledger.overlaps() == []  # one owner at a time through the moves
+        finally:
+            for n in nodes:
+                await n.leave()
+
+    asyncio.run(main())
+
+
+def test_three_nodes_pin_the_hot_members_partitions_elsewhere_through_their_stable_views():
+    """``--balance-by pins`` (the default), end to end on in-process nodes: the figures are
+    committed (rule 12), every member plans the same pins, a stable view commits them (rule 13),
+    every node serves the same pinned table, the hot member leads fewer partitions, and no
+    partition has two owners through the moves."""
+    async def main():
+        ledger = Ledger()
+        nodes: list[Node] = []
+        for i in (1, 2, 3):
+            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0))
+            ledger.attach(node)
+            nodes.append(await node.start())
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                for node in nodes:  # every member measures load on what it owns; n1's is hot
+                    for p in node.owned_partitions():
+                        node.record_load(p, 50.0 if node.node_id == "n1" else 1.0)
+                tables = [n.table for n in nodes]
+                if all(t == tables[0] for t in tables) and any(m != "n1" for m in tables[0].pins.values()):
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"no pins everywhere: {[n.table.pins for n in nodes]}, "
+                                     f"{[n.load_balancing for n in nodes]}")
+            table = nodes[0].table
+            plain = table.with_pins({})
+            assert len(table.owned_by("n1", leader_only=True)) < len(plain.owned_by("n1", leader_only=True))
+            assert all(n.load_balancing["by"] == "pins" for n in nodes)  # type: ignore[index]
             assert ledger.overlaps() == []  # one owner at a time through the moves
         finally:
             for n in nodes:
@@ -134,12 +172,12 @@ def test_a_member_does_not_move_its_weight_straight_back():
     table = PlacementTable.build(weights, P)
     hot_a = [1000.0 if table.owner(p) == "a" else 1.0 for p in range(P)]
     first = lb.view(View.of(7, weights, loads=LoadReport.of(hot_a).codes, loads_at=1000))
-    assert first is not None and calls == [("weight", first.weights["a"])] and first.weights["a"] < 1.0
+    assert isinstance(first, Plan) and calls == [("weight", first.weights["a"])] and first.weights["a"] < 1.0
     lowered = {**weights, "a": first.weights["a"]}
     table2 = PlacementTable.build(lowered, P)
     hot_b = [1000.0 if table2.owner(p) == "b" else 1.0 for p in range(P)]  # now b is the hot one
     second = lb.view(View.of(8, lowered, loads=LoadReport.of(hot_b).codes, loads_at=1100))
-    assert second is not None and second.changed and second.weights["a"] > lowered["a"]  # the plan raises a...
+    assert isinstance(second, Plan) and second.changed and second.weights["a"] > lowered["a"]  # the plan raises a...
     assert calls == [("weight", first.weights["a"])] and lb.held_back == 1  # ...which a does not do yet
 
 
@@ -156,7 +194,7 @@ def test_after_a_step_the_next_plan_waits_for_figures_measured_after_it():
     table = PlacementTable.build(weights, P)
     hot_a = LoadReport.of([1000.0 if table.owner(p) == "a" else 1.0 for p in range(P)]).codes
     first = lb.view(View.of(7, weights, loads=hot_a, loads_at=1000))
-    assert first is not None and first.changed
+    assert isinstance(first, Plan) and first.changed
     lowered = {**weights, "a": first.weights["a"]}
     soon = 1000 + SETTLE_PERIODS * 4 - 1
     assert lb.view(View.of(8, lowered, loads=hot_a, loads_at=1002)) is None

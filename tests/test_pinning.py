@@ -15,6 +15,7 @@ from placement.errors import InvalidConfigError
 from placement.pinning import plan_pins
 from placement.rebalance import LoadReport, RebalanceConfig, member_loads
 from placement.table import PlacementTable, TableConfig
+
 from test_rebalance import _skewed
 
 
@@ -35,7 +36,7 @@ def test_a_pin_plan_is_identical_whatever_the_member_order_and_keeps_its_budgets
     weights = {f"m{i}": rng.choice([1.0, 0.75, 1.5, 2.0]) for i in range(n)}
     config = TableConfig(p, max(1, replicas), seed % 7)
     members = list(weights)
-    old = {q: rng.choice(members + ["gone"]) for q in rng.sample(range(p), rng.randint(0, p // 8))}
+    old = {q: rng.choice([*members, "gone"]) for q in rng.sample(range(p), rng.randint(0, p // 8))}
     table = PlacementTable.from_config(config, weights, pins=old)
     report = LoadReport.of(_skewed(p, seed))
     rb = RebalanceConfig(trigger=1.0)

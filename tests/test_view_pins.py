@@ -29,7 +29,7 @@ def test_pins_are_part_of_the_checksum_and_travel_in_every_view_message() -> Non
     assert View.of(7, {"a": 1.0, "b": 1.0}, loads=b"\x01\x02", loads_at=60, pins=encode_pins({3: "a"})).ck != pinned.ck
     only_pins = View.of(7, {"a": 1.0, "b": 1.0}, pins=encode_pins({3: "b"}))  # pins without figures
     v = pinned
-    msgs = [
+    msgs: list[Decided | Accept | Promise | LeaseReq | LeaseReply] = [
         Decided.of(v), Decided.of(only_pins),
         Accept(7, 2, 123, v.members, v.weights, 0, v.loads, v.loads_at, v.pins),
         Promise(7, 2, True, 1, "b", v.members, v.weights, 0, v.loads, v.loads_at, v.pins),
@@ -55,7 +55,8 @@ def test_a_step_carries_changed_pins_and_leaves_out_unchanged_ones() -> None:
         assert step is not None and step.same_pins == (new.pins == base.pins)
         got = decode(encode("a", step, cluster="c"), cluster="c")
         assert got is not None and got[1] == step and step.apply(base) == new
-    assert DecidedStep.between(base, same).pins == b""
+    unchanged = DecidedStep.between(base, same)
+    assert unchanged is not None and unchanged.pins == b""
 
 
 def test_the_durable_record_keeps_a_views_pins() -> None:
@@ -117,7 +118,7 @@ def test_pins_planned_from_the_stable_view_are_committed_and_move_their_partitio
     for c in (a, b):
         w = c.lease.views.view
         assert w.num == v.num + 1 and w.pins == encode_pins(pins) and (w.loads, w.loads_at) == (v.loads, v.loads_at)
-        assert all(c.table.owner(p) == "n1" for p in theirs)
+        assert c.table is not None and all(c.table.owner(p) == "n1" for p in theirs)
     assert set(theirs) <= set(a.owned) and not set(theirs) & set(b.owned)
     # Newer figures keep the pins (rule 12's view carries the stable view's).
     for c in (a, b):

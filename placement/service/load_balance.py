@@ -14,6 +14,10 @@
    *its own* weight to the plan's (a gossip metadata update), and the next stable view carries
    the new weights: the handoffs move the partitions, one owner at a time. The move budget
    (``MoveBudget``: 9 % a step, 4 %/h) is refilled by the committed figures' time.
+   With ``--balance-by pins`` (the default) the plan is ``placement.pinning.plan_pins``
+   instead: it moves the hot partitions themselves, as pins, and each node hands the plan's
+   pins to its ownership protocol (``set_pins``), whose first-ranked member proposes the stable
+   view again with them (docs/ownership.md, rule 13). Weights stay the operator's.
 3. **Show.** The latest round's figures (``Gathered``, in work per second) and the last plans
    (``load_history``) are kept for the console (``GET /v1/balancing``), so an operator sees who
    is hot and what each step moved.
@@ -38,8 +42,11 @@ import numpy as np
 
 from ownership.views import View
 
+from ..errors import InvalidConfigError
+from ..pinning import PinPlan, plan_pins
+from ..pins import decode_pins, encode_pins
 from ..rebalance import LoadReport, MoveBudget, Plan, RebalanceConfig, plan
-from ..table import TableConfig
+from ..table import PlacementTable, TableConfig
 from .load_history import PlanHistory, PlanStep
 
 __all__ = ["Gathered", "LoadBalancer"]
@@ -70,12 +77,18 @@ class Gathered:
 class LoadBalancer:
     """One node's part (module docstring). ``own_rates``: this node's figures; ``addresses``:
     id -> HTTP base URL of the members to ask; ``set_loads(codes, at_s)``: to the ownership
-    protocol; ``set_weight(w)``: this node's gossiped weight."""
+    protocol; ``set_weight(w)``: this node's gossiped weight; ``by``: "weights" or "pins", and
+    ``set_pins(pins, base, loads_at)``: to the ownership protocol (rule 13)."""
 
     def __init__(self, node_id: str, table_config: TableConfig, every_s: float, *,
                  own_rates: Callable[[], Mapping[int, float]], addresses: Callable[[], Mapping[str, str]],
                  set_loads: Callable[[bytes, int], Any], set_weight: Callable[[float], Any],
-                 rebalance: RebalanceConfig | None = None, clock: Callable[[], float] = time.time) -> None:
+                 rebalance: RebalanceConfig | None = None, clock: Callable[[], float] = time.time,
+                 by: str = "weights", set_pins: Callable[[bytes, bytes, int], Any] | None = None) -> None:
+        if by not in ("weights", "pins") or (by == "pins" and set_pins is None):
+            raise InvalidConfigError(f"balance by 'weights' or 'pins' (with set_pins), not {by!r}")
+        self.by = by
+        self._set_pins = set_pins
         self.node_id = node_id
         self.table_config = table_config
         self.every_s = every_s
@@ -88,7 +101,7 @@ class LoadBalancer:
         self.budget = MoveBudget()
         self.planned_at = -1  # the committed figures' time the last plan was made from
         self._next_figures = 0  # plan only from figures this new or newer (``view``)
-        self.last_plan: Plan | None = None
+        self.last_plan: Plan | PinPlan | None = None
         self.rounds = 0
         self.unanswered = 0  # members whose figures a round went without
         self.plans = 0
@@ -155,7 +168,7 @@ class LoadBalancer:
         return codes
 
     # ----- plan ------------------------------------------------------------------------
-    def view_soon(self, view: View) -> Future[Plan | None] | None:
+    def view_soon(self, view: View) -> Future[Plan | PinPlan | None] | None:
         """``view`` on this balancer's own thread, in the order views are given. A plan takes
         0.4-0.7 s at N=64, P=4,096 (the polish's chains: docs/benchmarks-log.md, "Load-aware
         weights: drift or quantisation?"); on the application's event loop it stalled every
@@ -168,7 +181,7 @@ class LoadBalancer:
             self._planner = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"placement-plan-{self.node_id}")
         return self._planner.submit(self._view_logged, view)
 
-    def _view_logged(self, view: View) -> Plan | None:
+    def _view_logged(self, view: View) -> Plan | PinPlan | None:
         try:
             return self.view(view)
         except Exception:  # a plan that fails changes nothing; the next view plans again
@@ -181,14 +194,17 @@ class LoadBalancer:
         if self._planner is not None:
             self._planner.shutdown(wait=False, cancel_futures=True)
 
-    def view(self, view: View) -> Plan | None:
+    def view(self, view: View) -> Plan | PinPlan | None:
         """A new stable view: plan once per committed set of figures, and set this node's weight
-        to the plan's. Returns the plan made, if any (each is recorded in ``history``)."""
+        to the plan's (or hand its pins on). Returns the plan made, if any (each is recorded in
+        ``history``)."""
         if not view.loads or view.loads_at < self._next_figures or self.node_id not in view.members:
             return None
         self.planned_at = view.loads_at
         budget = self.budget.refilled(view.loads_at)
         weights = view.weighted()
+        if self.by == "pins":
+            return self._pins(view, weights, budget)
         made = plan(weights, LoadReport(view.loads), self.table_config, self.rebalance, allowance=budget.tokens)
         self.plans += 1
         self.last_plan = made
@@ -205,6 +221,31 @@ class LoadBalancer:
             view.num, view.loads_at, self._clock(), made.reason, made.changed, made.ratio_before, made.ratio_after,
             made.moved, made.partitions, own=own,
             weights={m: (w, made.weights[m]) for m, w in sorted(weights.items()) if made.weights.get(m, w) != w}))
+        return made
+
+    def _pins(self, view: View, weights: dict[str, float], budget: MoveBudget) -> PinPlan:
+        """Rule 13's plan: pins from the view's table and figures, handed to the ownership
+        protocol, which proposes them while the view still holds what they were planned from.
+        No reversal hold: every member plans the same pins, and the trigger's hysteresis keeps a
+        balanced cluster put. Undecodable pins in the view plan as none (the table's reading)."""
+        try:
+            pins = decode_pins(view.pins)
+        except InvalidConfigError:
+            pins = {}
+        table = PlacementTable.from_config(self.table_config, {m: w for m, w in weights.items() if w > 0}, pins=pins)
+        made = plan_pins(table, LoadReport(view.loads), self.rebalance, allowance=budget.tokens)
+        self.plans += 1
+        self.last_plan = made
+        self.budget = budget.spent(made.moved, made.partitions) if made.changed else budget
+        self._next_figures = view.loads_at + (SETTLE_PERIODS * max(1, int(self.every_s)) if made.changed else 1)
+        if made.changed:
+            assert self._set_pins is not None
+            _log.info("load-aware pins: max/mean %.3f -> %.3f moving %d partitions (%d pinned)",
+                      made.ratio_before, made.ratio_after, made.moved, len(made.pins))
+            self._set_pins(encode_pins(made.pins), view.pins, view.loads_at)
+        self.history.record(PlanStep(
+            view.num, view.loads_at, self._clock(), made.reason, made.changed, made.ratio_before, made.ratio_after,
+            made.moved, made.partitions, own="pins" if made.changed else "kept"))
         return made
 
     def _follow(self, made: Plan, now_w: float) -> str:
@@ -232,7 +273,7 @@ class LoadBalancer:
 
     def status(self) -> dict[str, Any]:
         p = self.last_plan
-        return {"every_s": self.every_s, "rounds": self.rounds, "unanswered": self.unanswered,
+        return {"every_s": self.every_s, "by": self.by, "rounds": self.rounds, "unanswered": self.unanswered,
                 "plans": self.plans, "held_back": self.held_back,
                 "planned_from": self.planned_at if self.planned_at >= 0 else None,
                 "budget_left": float(self.budget.tokens),

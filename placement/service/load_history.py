@@ -28,8 +28,9 @@ class PlanStep:
     """One plan (or a run of plans that changed nothing for the same ``reason``).
 
     ``own``: what this node did with its own weight: ``"set"`` (gossiped the plan's),
-    ``"held"`` (kept its weight: the plan's would undo its last step, ``REVERSAL_HOLD_PLANS``)
-    or ``"kept"`` (the plan leaves it as it was)."""
+    ``"held"`` (kept its weight: the plan's would undo its last step, ``REVERSAL_HOLD_PLANS``),
+    ``"pins"`` (handed the plan's pins on: ``--balance-by pins``) or ``"kept"`` (the plan leaves
+    it as it was)."""
 
     view: int  # the stable view planned from (the latest one, for a run)
     loads_at: int  # the committed figures' time, seconds since the epoch

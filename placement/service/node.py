@@ -73,7 +73,8 @@ from ownership.survival import Survival
 from ownership.views import View
 
 from ..changes import OwnershipChange
-from ..errors import PlacementError
+from ..errors import InvalidConfigError, PlacementError
+from ..pins import decode_pins
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
 from .change_stream import ChangeStream
@@ -119,6 +120,7 @@ class Node:
         self._thread: MembershipThread | None = None  # runs the member and the runner
         self._snapshot: PlacementSnapshot | None = None
         self._followed: dict[str, float] | None = None  # see _follow
+        self._followed_pins: dict[int, str] = {}  # its pins (rule 13)
         self._load = LoadMeter()  # record_load
         self._balancer: LoadBalancer | None = None  # --load-aware (start)
         self._balancing: asyncio.Task | None = None
@@ -168,7 +170,8 @@ class Node:
             self._balancer = LoadBalancer(
                 self.node_id, self.config.table_config, self.config.load_aware_s, own_rates=self.load_rates,
                 addresses=lambda: {m: self.snapshot.address(m) for m in self.table.members},
-                set_loads=self._set_loads, set_weight=self._set_weight)
+                set_loads=self._set_loads, set_weight=self._set_weight, by=self.config.balance_by,
+                set_pins=self._set_pins)
             self._balancing = asyncio.ensure_future(self._balancer.run())
         return self
 
@@ -232,6 +235,13 @@ class Node:
         runner = getattr(self._mode, "runner", None)
         if self._thread is not None and runner is not None:
             self._thread.to_member(runner.set_loads, codes, at_s)
+
+    def _set_pins(self, pins: bytes, base: bytes, loads_at: int) -> None:
+        """Pins this node's balancer planned (rule 13): to the ownership protocol, whose
+        first-ranked member proposes the stable view again with them. Thread-safe."""
+        runner = getattr(self._mode, "runner", None)
+        if self._thread is not None and runner is not None:
+            self._thread.to_member(runner.set_pins, pins, base, loads_at)
 
     def _set_weight(self, weight: float) -> None:
         """Gossip this node's new weight (load-aware weights): the next stable view carries it."""
@@ -546,6 +556,10 @@ class Node:
         on (the view leases and handoffs follow), not the live members gossip reports; with
         ``--load-aware``, the weights are planned from its load figures (``load_balance``)."""
         self._followed = view.weighted()
+        try:
+            self._followed_pins = decode_pins(view.pins)
+        except InvalidConfigError:  # placed as if unpinned, as the ownership core does (``bad_pins``)
+            self._followed_pins = {}
         if self._members_seen is not None:
             self._recompute(self._members_seen)
         if self._balancer is not None and not self._leaving and not self._closed:
@@ -573,8 +587,10 @@ class Node:
         zones = {m.node_id: m.meta.zone for m in members
                  if m.node_id in weights and m.meta.zone and self.config.capacity_factor is None}
         old = self._snapshot.table if self._snapshot is not None else None
-        table = old.with_members(weights, zones) if old is not None else PlacementTable.from_config(
-            self.config.table_config, weights, zones)
+        # The followed view's pins (rule 13), as the ownership core places them.
+        pins = self._followed_pins if followed is not None else {}
+        table = old.with_members(weights, zones, pins=pins) if old is not None else PlacementTable.from_config(
+            self.config.table_config, weights, zones, pins=pins or None)
         snapshot = PlacementSnapshot(table, addresses)
         if self._snapshot is not None and snapshot.etag == self._snapshot.etag:
             return

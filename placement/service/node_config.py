@@ -77,6 +77,9 @@ class NodeConfig:
     #: ``placement node --load-aware SECONDS``: weights follow measured load, a step at most every
     #: that many seconds (``load_balance``; exclusive mode; 0: off, the weights stay as given).
     load_aware_s: float = 0.0
+    #: ``--balance-by``: what a load-aware step moves: "pins" (chosen partitions, pinned by the
+    #: stable view: ``placement.pinning``) or "weights" (each member's own weight: ``placement.rebalance``).
+    balance_by: str = "pins"
 
     def __post_init__(self) -> None:
         if self.ownership not in ("exclusive", "available"):
@@ -95,6 +98,8 @@ class NodeConfig:
         if self.load_aware_s and self.ownership != "exclusive":
             raise InvalidConfigError("--load-aware commits load figures in stable views, which only exclusive "
                                      "ownership has: drop --load-aware or --ownership available")
+        if self.balance_by not in ("pins", "weights"):
+            raise InvalidConfigError(f"--balance-by must be pins or weights, got {self.balance_by!r}")
         if self.load_aware_s and self.capacity_factor is not None:
             raise InvalidConfigError("--load-aware and a capacity factor do not combine: drop one")
         TableConfig(self.partitions, self.replicas, self.seed, self.capacity_factor)  # validates

@@ -105,6 +105,9 @@ NODE_FLAGS = (
     _NodeFlag("--load-aware", argtypes.number(0, 86400), 0.0,
               "SECONDS: weights follow measured load (GET /v1/load), a rebalance step at most that often "
               "(exclusive mode; at least 2; default 0: off, weights stay as given)"),
+    _NodeFlag("--balance-by", argtypes.balance_by, "pins",
+              "with --load-aware: pins (default: the hot partitions themselves move, pinned by the stable view; "
+              "docs/ownership.md, rule 13) or weights (each member plans its own weight)"),
     _NodeFlag("--state-dir", argtypes.non_empty, None,
               "directory where this member keeps what it promised as a witness (written and fsynced before it "
               "answers), so a restart keeps those promises and fencing epochs never fall; default: a file beside "
@@ -125,6 +128,7 @@ WITNESS_REFUSES = {
     "--handoff-timeout": "a witness owns no partitions, so it hands none on",
     "--load-aware": "a witness owns no partitions, so it has no load and no weight to plan (give --load-aware to "
                     "`placement node`)",
+    "--balance-by": "a witness owns no partitions, so it plans no rebalance (give --balance-by to `placement node`)",
     "--ownership": "a witness votes in exclusive ownership only (the default); in --ownership available "
                    "nobody votes",
 }
@@ -182,7 +186,8 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
             witness: bool) -> tuple[NodeConfig, tuple[str, int] | None]:
     v = {f.dest: f.resolve(getattr(args, f.dest), environ) for f in (WITNESS_FLAGS if witness else NODE_FLAGS)}
     if witness:
-        v.update(weight=0.0, ownership="exclusive", handoff_timeout=ExclusiveConfig.handoff_timeout_s, load_aware=0.0)
+        v.update(weight=0.0, ownership="exclusive", handoff_timeout=ExclusiveConfig.handoff_timeout_s, load_aware=0.0,
+                 balance_by="pins")
         if environ.get("PLACEMENT_OWNERSHIP", "exclusive").strip() != "exclusive":
             raise InvalidConfigError(f"PLACEMENT_OWNERSHIP={environ['PLACEMENT_OWNERSHIP']!r}: "
                                      f"{WITNESS_REFUSES['--ownership']}")
@@ -224,7 +229,7 @@ def _config(args: argparse.Namespace, environ: Mapping[str, str],
                                   bootstrap=v["bootstrap"], witness_group_members=v["witness_groups"]),
         join_timeout_s=v["join_timeout"], state_dir=v["state_dir"], keep_state=not v["no_state_dir"],
         tls_cert=tls_cert, tls_key=tls_key,
-        new_cluster=v["new_cluster"], load_aware_s=v["load_aware"],
+        new_cluster=v["new_cluster"], load_aware_s=v["load_aware"], balance_by=v["balance_by"],
     )
     return config, http
 

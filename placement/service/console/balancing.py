@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ...rebalance import Plan
 from ...table import PlacementTable
 
 if TYPE_CHECKING:
@@ -55,11 +56,12 @@ def balancing(node_id: str, balancer: LoadBalancer | None, table: PlacementTable
     serves; ``gossiped``: id -> weight of the live members, as gossip reports them."""
     if balancer is None:
         return {"node": node_id, "load_aware": False, "note": OFF_NOTE, "every_s": None, "trigger": None,
+                "by": None, "pinned": len(table.pins),
                 "rounds": 0, "unanswered": 0, "plans": 0, "held_back": 0, "budget_left": None,
                 "planned_from": None, "figures": None, "members": [], "steps": []}
     g, last = balancer.gathered, balancer.last_plan
     placed = dict(table.members)
-    planned = dict(last.weights) if last is not None else {}
+    planned = dict(last.weights) if isinstance(last, Plan) else {}
     ids = sorted(m for m in set(placed) | set(gossiped) | set(planned)
                  if max(placed.get(m, 0.0), gossiped.get(m, 0.0), planned.get(m, 0.0)) > 0)
     loads = leader_loads(g.rates, table) if g is not None else {}
@@ -76,7 +78,8 @@ def balancing(node_id: str, balancer: LoadBalancer | None, table: PlacementTable
             "answered": None if g is None else m not in g.unanswered})
     return {
         "node": node_id, "load_aware": True, "note": LOAD_NOTE, "every_s": balancer.every_s,
-        "trigger": balancer.rebalance.trigger, "rounds": balancer.rounds, "unanswered": balancer.unanswered,
+        "trigger": balancer.rebalance.trigger, "by": balancer.by, "pinned": len(table.pins),
+        "rounds": balancer.rounds, "unanswered": balancer.unanswered,
         "plans": balancer.plans, "held_back": balancer.held_back,
         "budget_left": round(float(balancer.budget.tokens), 6),
         "planned_from": balancer.planned_at if balancer.planned_at >= 0 else None,
@@ -128,7 +131,7 @@ class PlanStepOut(BaseModel):
     partitions: int
     weights: dict[str, WeightChangeOut] = Field(description="the members whose weight the plan changes")
     own: str = Field(description="this node's own weight: set (to the plan's) | held (the plan's would undo its "
-                     "last step) | kept (unchanged by the plan)")
+                     "last step) | kept (unchanged by the plan); pins: the plan's pins handed on (--balance-by pins)")
     count: int = Field(description="consecutive plans folded into this entry (they changed nothing)")
 
 
@@ -138,6 +141,9 @@ class BalancingOut(BaseModel):
     note: str = Field(description="what the figures are, or why there are none")
     every_s: float | None = Field(description="--load-aware SECONDS")
     trigger: float | None = Field(description="plans are made only above this max/mean")
+    by: str | None = Field(description="--balance-by: weights (each member plans its weight) | pins (chosen "
+                           "partitions pinned by the stable view); null when off")
+    pinned: int = Field(description="partitions the placement this node serves pins (docs/ownership.md, rule 13)")
     rounds: int
     unanswered: int = Field(description="member answers the rounds went without, in all")
     plans: int
