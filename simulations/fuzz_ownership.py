@@ -25,6 +25,7 @@ import random
 from typing import Any
 
 from ownership.views import witness_set
+from placement.pins import encode_pins
 
 from .cluster import Cluster
 from .engine import InvariantViolation
@@ -57,7 +58,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
         epochs_invariant: bool = True, wide: bool = False,
         nodes_range: tuple[int, int] = (3, 12), durable_state: bool | str = False,
         bootstrap: bool = False, rejoin_files: bool = False,
-        exclusive: dict[str, Any] | None = None) -> dict[str, Any]:
+        exclusive: dict[str, Any] | None = None, pins: bool = False) -> dict[str, Any]:
     """Run the schedule of ``seed`` on ``swim-exclusive``; the metrics dict, schedule included.
     ``epochs_invariant=False`` leaves out the "epochs rise" invariant: the run goes on past an
     epoch regression and counts it (``epoch_regressions``). ``wide``: the wider schedules of
@@ -68,12 +69,15 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
     node's default record, which yields to another incarnation). ``rejoin_files``:
     every restart rejoins through the members its previous process knew and may found a
     cluster (rule 11), as a node restarted without ``--join``. ``exclusive``: ``ExclusiveConfig``
-    fields to set (``--witness-groups``)."""
+    fields to set (``--witness-groups``). ``pins``: every 2-12 s until the heal, every running
+    member is given pins "planned" from its own stable view (rule 13): a function of the view
+    alone (``fuzz_pins``), as a planner's are, so members holding the same view agree."""
     if wide:
         nodes, faults = wide_schedule(seed, nodes_range)
     else:
         faults = schedule(seed)
     settled = [HEAL_AT]
+    pin_sets: set[bytes] = set()  # the pins stable views held at the pin rounds (committed ones)
 
     def apply(cluster) -> None:
         rng = random.Random(seed * 7919)
@@ -137,6 +141,17 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
                 if ws:
                     later(0.05 + 1.95 * x, cluster.restart, [rng.choice(ws)])
 
+        def pin_round() -> None:
+            for node in cluster.nodes.values():
+                own = getattr(node, "own", None)
+                if node.up and own is not None and own.lease.views.view.num:
+                    v = own.lease.views.view
+                    pin_sets.add(v.pins)
+                    node.set_pins(encode_pins(fuzz_pins(seed, v, partitions)), v.pins, v.loads_at)
+            later(rng.uniform(2, 12), pin_round)
+
+        if pins:
+            later(rng.uniform(2, 12), pin_round)
         for at, kind, x in faults:
             sim.at(t0 + at, act, kind, x)
         sim.at(t0 + HEAL_AT, cluster.heal)
@@ -157,7 +172,18 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
     result["nodes"] = nodes
     result["quorum_at_end"] = quorum_at_end(clusters[0])
     result["settled_at"] = round(settled[0], 2)
+    result["pin_sets_committed"] = len(pin_sets - {b""})
     return result
+
+
+def fuzz_pins(seed: int, view, partitions: int) -> dict[int, str]:
+    """Pins "planned" from ``view``: up to 10 % of the partitions to members of positive weight
+    (one plan in five drops them all), drawn from the seed and the view's checksum only."""
+    rng = random.Random(f"pins/{seed}/{view.num}/{view.ck}")
+    members = [m for m, w in zip(view.members, view.weights) if w > 0]
+    if not members or rng.random() < 0.2:
+        return {}
+    return {p: rng.choice(members) for p in rng.sample(range(partitions), rng.randint(1, partitions // 10))}
 
 
 def quorum_at_end(cluster) -> bool:
@@ -213,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="members per witness group (ExclusiveConfig.witness_group_members; 0: one group)")
     p.add_argument("--witnesses", type=int, default=None, metavar="K",
                    help="witnesses per view, per group with --witness-groups (default: ExclusiveConfig's)")
+    p.add_argument("--pins", action="store_true",
+                   help="members are given pins planned from their stable views every 2-12 s (rule 13), so "
+                        "views that move pinned partitions interleave with the faults")
     args = p.parse_args(argv)
     exclusive: dict[str, Any] = {"witness_group_members": args.witness_groups} if args.witness_groups else {}
     if args.witnesses is not None:
@@ -228,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = run(seed, duration_s=args.duration, epochs_invariant=not args.count_epochs,
                     wide=args.wide, nodes_range=(lo, hi), durable_state=args.durable_state or False,
-                    bootstrap=args.bootstrap, rejoin_files=args.rejoin_file, exclusive=exclusive or None)
+                    bootstrap=args.bootstrap, rejoin_files=args.rejoin_file, exclusive=exclusive or None,
+                    pins=args.pins)
         except InvariantViolation as exc:
             if exc.invariant == EPOCHS_RISE:
                 regressed += 1
