@@ -951,7 +951,16 @@ class Ownership:
                 self._send(lead, Note(p, epoch, payload, self.lease.num))
         for p in list(self.waiting):
             if p not in mine:
-                self._pass_on(p, self.waiting.pop(p))
+                w = self.waiting.pop(p)
+                if p in self.free:
+                    # The note came before the view moved p on: this member holds the right, so
+                    # it tells nobody that another does. Its note goes to the new leader (above),
+                    # or, if that is its sender, when the sender asks (``_answer_query``). A
+                    # Redirect naming the sender here made the sender take p back beside the
+                    # note held, and a later leader took the note too: two owners (fuzz --wide
+                    # --pins seed 82, views 1 ms apart moving p away and back).
+                    continue
+                self._pass_on(p, w)
         if self.leaving or (all_mine and len(mine) == len(self.owned)):  # (owned == mine; keys unchanged above)
             return
         # Whom to expect each newly led partition from: its leader before this change (for a

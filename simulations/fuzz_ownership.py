@@ -150,7 +150,7 @@ def run(seed: int, nodes: int = 8, partitions: int = 128, duration_s: float = 90
                     node.set_pins(encode_pins(fuzz_pins(seed, v, partitions)), v.pins, v.loads_at)
             later(rng.uniform(2, 12), pin_round)
 
-        if pins:
+        if pins:  # (the rounds draw from the faults' generator: with them, faults pick other members)
             later(rng.uniform(2, 12), pin_round)
         for at, kind, x in faults:
             sim.at(t0 + at, act, kind, x)

@@ -255,6 +255,24 @@ def test_wide_fault_schedules_never_give_two_owners_and_end_with_every_partition
     assert r["unowned_at_end"] == 0 or not r["quorum_at_end"], (seed, r["nodes"], r["schedule"])
 
 
+#: Wide schedules with pins planned from every stable view (rule 13, ``--pins``): 82 gave two
+#: owners - a note arrived just before a view moved its partition back to the note's sender, the
+#: receiver told the sender it held the partition itself (a Redirect), the sender took it back,
+#: and a later pins view sent the held note to a third member (``Ownership._retable``).
+PINS_SEEDS = (82, 0, 1)
+
+
+@pytest.mark.parametrize("seed", PINS_SEEDS)
+def test_wide_fault_schedules_with_pins_never_give_two_owners(seed: int) -> None:
+    from simulations.fuzz_ownership import JUDGE_AFTER_S, run
+
+    r = run(seed, duration_s=180, wide=True, pins=True)
+    assert r["pin_sets_committed"] > 0  # views did commit pins between the faults
+    assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
+    assert 180 - r["settled_at"] >= JUDGE_AFTER_S
+    assert r["unowned_at_end"] == 0 or not r["quorum_at_end"], (seed, r["nodes"], r["schedule"])
+
+
 #: Wide schedules whose epochs still fall: a witness restarted (the restarted member itself
 #: counts when it is a witness) forgets the reserves it granted and the stable views it accepted,
 #: so it grants leases under an old view again (275, 755), cannot tell a restarted process its
