@@ -280,8 +280,8 @@ async function fetchBalancing() {
     return;
   }
   const f = b.figures;
-  verdict.textContent = `every ${num(b.every_s)} s · ${b.plans} plans · move budget left ` +
-    `${num(100 * (b.budget_left || 0), 1)} % of the partitions`;
+  verdict.textContent = `by ${b.by} every ${num(b.every_s)} s · ${b.plans} plans · ${b.pinned} partitions pinned · ` +
+    `move budget left ${num(100 * (b.budget_left || 0), 1)} % of the partitions`;
   note.textContent = [`${b.note}.`, f ? `Figures of ${clock(f.at)} (round ${f.round}); mean ${num(f.mean)} work/s` +
     (f.unanswered.length ? `; no answer from ${f.unanswered.join(", ")}: their partitions read as idle.` : ".") :
     "No figures gathered yet.", `Hot (red): load/mean above ${num(b.trigger)}, the planner's trigger.`].join(" ");
