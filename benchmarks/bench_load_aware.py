@@ -1,6 +1,7 @@
-"""Load-aware weights on real processes (issue 33 item 5).
+"""Load-aware placement on real processes (issue 33 item 5).
 
     python benchmarks/bench_load_aware.py [--nodes 5] [--partitions 256] [--rate 150] [--every 20] [--duration 150]
+        [--balance-by pins|weights]
 
 Boots ``--nodes`` ``python -m placement.service.work_sink`` processes on loopback with
 ``--load-aware EVERY`` (``tests/host_cluster.py``'s launcher), then sends ``--rate`` single-item
@@ -8,11 +9,12 @@ Boots ``--nodes`` ``python -m placement.service.work_sink`` processes on loopbac
 partition gets the share of the load the simulator's ``load-skew`` model gives it (lognormal
 sigma 0.5, 5 % of the partitions hot at 10x; ``simulations.load_model``, static: no drift here).
 Each sink counts the items it accepts per partition (``GET /v1/load``); the nodes gather those
-figures, a stable view commits them, and every node sets its own weight to the plan (README,
-``--load-aware``).
+figures, a stable view commits them, and every node plans from it: with ``--balance-by pins``
+(the default) a later view pins the partitions the plan moves, with ``weights`` every node sets
+its own weight to the plan (README, ``--load-aware``).
 
 Every 5 s it reads the placement (``GET /v1/placement`` of the first node) and prints the
-members' weights and max/mean load: the offered load of the partitions each member leads, over
+members' weights, the pins and max/mean load: the offered load of the partitions each member leads, over
 the mean (exact: the offered shares are known here), beside the same for equal weights (static).
 Goal (issue 33): max/mean <= 1.2 after two steps; 0 items accepted twice is not checked here
 (``bench_restarts.py`` does that; these are ordinary handoffs).
@@ -43,14 +45,15 @@ from host_cluster import Loopback
 
 
 class LoadAwareCluster(SinkCluster):
-    def __init__(self, hosts: Loopback, partitions: int, every_s: float) -> None:
+    def __init__(self, hosts: Loopback, partitions: int, every_s: float, by: str = "pins") -> None:
         super().__init__(hosts, partitions)
         self.every_s = every_s
+        self.by = by
 
     def start(self, name: str) -> None:
         args = ["--id", name, "--gossip", self.hosts.gossip(name), "--http", self.hosts.http(name),
                 "--partitions", str(self.partitions), "--journal", str(self.journal(name)),
-                "--load-aware", str(self.every_s)]
+                "--load-aware", str(self.every_s), "--balance-by", self.by]
         if name != self.names[0]:
             args += ["--join", self.hosts.gossip(self.names[0])]
         else:
@@ -74,14 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=20.0, help="--load-aware SECONDS of every node")
     ap.add_argument("--duration", type=float, default=150.0, help="seconds of load")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--balance-by", choices=("pins", "weights"), default="pins")
     args = ap.parse_args(argv)
 
     offered = LoadModel(args.partitions, args.seed).rates(0.0)
     offered = offered / offered.sum()
     hosts = Loopback(args.nodes)
-    cluster = LoadAwareCluster(hosts, args.partitions, args.every)
+    cluster = LoadAwareCluster(hosts, args.partitions, args.every, args.balance_by)
     names = cluster.names
-    print(f"{args.nodes} work sinks (P={args.partitions}, --load-aware {args.every:g}), {args.rate:g} requests/s "
+    print(f"{args.nodes} work sinks (P={args.partitions}, --load-aware {args.every:g} --balance-by {args.balance_by}), "
+          f"{args.rate:g} requests/s "
           f"skewed as load-skew (seed {args.seed}); logs in {hosts.logdir}", flush=True)
     try:
         for name in names:
@@ -124,26 +129,26 @@ def main(argv: list[str] | None = None) -> int:
         for w in workers:
             w.start()
         t0 = time.monotonic()
-        last: dict[str, float] | None = None
-        steps = 0
+        last: str | None = None
+        steps = 0  # placements changed (weights or pins)
         print(f"static (equal weights) max/mean {static:.3f}", flush=True)
         while time.monotonic() - t0 < args.duration:
             time.sleep(5.0)  # a sampling period, not a wait for an effect
             snap = PlacementSnapshot.from_json(httpx.get(f"{url0}/v1/placement", timeout=5).content).table
             weights = dict(snap.members)
-            if last is not None and weights != last:
+            if last is not None and snap.checksum != last:
                 steps += 1
-            last = weights
+            last = snap.checksum
             print(f"t={time.monotonic() - t0:5.1f}s max/mean {max_over_mean(snap, offered):.3f} steps {steps} "
-                  f"weights {' '.join(f'{m}={w:.3f}' for m, w in sorted(weights.items()))} "
+                  f"weights {' '.join(f'{m}={w:.3f}' for m, w in sorted(weights.items()))} pins {len(snap.pins)} "
                   f"accepted {sent[0]} failed {sent[1]}", flush=True)
         stop.set()
         for w in workers:
             w.join(10)
         final = PlacementSnapshot.from_json(httpx.get(f"{url0}/v1/placement", timeout=5).content).table
         balancing = httpx.get(f"{url0}/v1/load", timeout=5).json()["balancing"]
-        print(f"\nend: max/mean {max_over_mean(final, offered):.3f} (static {static:.3f}) after {steps} weight "
-              f"changes; requests accepted {sent[0]}, failed {sent[1]}; {names[0]}'s balancer: {balancing}")
+        print(f"\nend: max/mean {max_over_mean(final, offered):.3f} (static {static:.3f}) after {steps} placement "
+              f"changes, {len(final.pins)} partitions pinned; requests accepted {sent[0]}, failed {sent[1]}; {names[0]}'s balancer: {balancing}")
         client.close()
     finally:
         hosts.down()

@@ -68,6 +68,10 @@ TRANSITIONS: Mapping[tuple[PartitionState, PartitionState], str] = {
     (_S.WAITING, _S.HELD): "a note arrives while waiting for it, to be acquired on the next pass (rule 3)",
     (_S.HELD, _S.OWNED): "a note held is acquired under a lease of the view that makes this member leader (rule 3)",
     (_S.PASSED, _S.WAITING): "led by this member again after it handed it on: expected back from the receiver (rule 5)",
+    (_S.PASSED, _S.OWNED):
+        "led by this member again, and the note comes in the same datagram as the view that says so (its "
+        "sender led it under the view before): expected back and acquired in one pass (rules 3, 5; fuzz --pins "
+        "seed 145)",
     (_S.PASSED, _S.HELD):
         "a note for a partition this member passed on earlier, or its own note refused by a leaving member (rule "
         "3)",

@@ -255,18 +255,21 @@ def test_wide_fault_schedules_never_give_two_owners_and_end_with_every_partition
     assert r["unowned_at_end"] == 0 or not r["quorum_at_end"], (seed, r["nodes"], r["schedule"])
 
 
-#: Wide schedules with pins planned from every stable view (rule 13, ``--pins``): 82 gave two
-#: owners - a note arrived just before a view moved its partition back to the note's sender, the
-#: receiver told the sender it held the partition itself (a Redirect), the sender took it back,
-#: and a later pins view sent the held note to a third member (``Ownership._retable``).
-PINS_SEEDS = (82, 0, 1)
+#: Fault schedules with pins planned from every stable view (rule 13, ``--pins``), as (seed,
+#: wide, run options). 82 gave two owners: a note arrived just before a view moved its partition
+#: back to the note's sender, the receiver told the sender it held the partition itself (a
+#: Redirect), the sender took it back, and a later pins view sent the held note to a third member
+#: (``Ownership._retable``). 460 orphaned 53 partitions: two plans that undid each other took
+#: turns for ever (``Ownership._pins_due_at``). 145 met a move the states table lacked.
+PINS_SEEDS = ((82, True, {}), (0, True, {}), (1, True, {}), (145, False, {}),
+              (460, True, {"durable_state": "yields", "rejoin_files": True}))
 
 
-@pytest.mark.parametrize("seed", PINS_SEEDS)
-def test_wide_fault_schedules_with_pins_never_give_two_owners(seed: int) -> None:
+@pytest.mark.parametrize("seed,wide,options", PINS_SEEDS)
+def test_fault_schedules_with_pins_never_give_two_owners(seed: int, wide: bool, options: dict) -> None:
     from simulations.fuzz_ownership import JUDGE_AFTER_S, run
 
-    r = run(seed, duration_s=180, wide=True, pins=True)
+    r = run(seed, duration_s=180, wide=wide, pins=True, **options)
     assert r["pin_sets_committed"] > 0  # views did commit pins between the faults
     assert r["dual_owned_partition_s_exact"] == 0 and r["epoch_regressions"] == 0
     assert 180 - r["settled_at"] >= JUDGE_AFTER_S

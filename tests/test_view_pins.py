@@ -144,6 +144,26 @@ def test_pins_planned_from_another_view_are_not_proposed() -> None:
     assert a.lease.views.view.num == num and a.lease.views.view.pins == b""
 
 
+def test_a_plan_is_proposed_once_even_when_its_base_comes_back() -> None:
+    """Two plans that undo each other (one from the view without pins, one from the view with
+    them) must not take turns for ever: a plan is dropped once committed or overtaken, so when
+    its base pins come back it stays dropped (fuzz --wide --pins seed 460: a view every 2 s)."""
+    a, b, now = _pair()
+    v = a.lease.views.view
+    theirs = encode_pins({p: "n1" for p in sorted(b.owned)[:2]})
+    a.set_pins(theirs, v.pins, v.loads_at, now)  # planned from the view without pins
+    now = _run(a, b, now, 20.0, [])
+    assert a.lease.views.view.pins == theirs
+    w = b.lease.views.view
+    b.set_pins(b"", w.pins, w.loads_at, now)  # planned from the view with them: undoes them
+    now = _run(a, b, now, 20.0, [])
+    settled = a.lease.views.view
+    assert settled.pins == b"" and settled.num == v.num + 2
+    # a's plan's base (no pins) is back, but its plan was committed once: not proposed again.
+    now = _run(a, b, now, 30.0, [])
+    assert a.lease.views.view.num == b.lease.views.view.num == settled.num
+
+
 def test_undecodable_pins_place_as_if_unpinned_and_are_counted() -> None:
     a, b, now = _pair()
     v = a.lease.views.view
