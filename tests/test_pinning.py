@@ -102,3 +102,22 @@ def test_no_budget_or_no_members_moves_nothing_and_bad_figures_are_refused() -> 
     assert not plan_pins(alone, report).changed
     with pytest.raises(InvalidConfigError):
         plan_pins(table, LoadReport.of(np.ones(64)))
+
+
+@pytest.mark.parametrize("draw", (1, 2, 3))
+def test_noise_around_balance_moves_almost_nothing(draw: int) -> None:
+    """Hysteresis: balanced (three plans on the same figures), then 30 rounds of +-5 % noise on
+    every partition's figure move at most 1 % of the partitions in all (measured: 0, 0 and 2 of
+    1,024; the weights planner moved up to 22 at N=16 and 77 at N=64 on the same test)."""
+    p = 1024
+    base = _skewed(p, draw)
+    table = PlacementTable.from_config(TableConfig(p), {f"n{i:02d}": 1.0 for i in range(16)})
+    for _ in range(3):
+        table = table.with_pins(plan_pins(table, LoadReport.of(base)).pins)
+    rng = np.random.default_rng(draw)
+    moved = 0
+    for _ in range(30):
+        made = plan_pins(table, LoadReport.of(base * rng.uniform(0.95, 1.05, p)))
+        moved += made.moved
+        table = table.with_pins(made.pins)
+    assert moved <= p // 100
