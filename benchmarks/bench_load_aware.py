@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         final = PlacementSnapshot.from_json(httpx.get(f"{url0}/v1/placement", timeout=5).content).table
         balancing = httpx.get(f"{url0}/v1/load", timeout=5).json()["balancing"]
         print(f"\nend: max/mean {max_over_mean(final, offered):.3f} (static {static:.3f}) after {steps} placement "
-              f"changes, {len(final.pins)} partitions pinned; requests accepted {sent[0]}, failed {sent[1]}; {names[0]}'s balancer: {balancing}")
+              f"changes, {len(final.pins)} partitions pinned; requests accepted {sent[0]}, failed {sent[1]}; "
+              f"{names[0]}'s balancer: {balancing}")
         client.close()
     finally:
         hosts.down()

@@ -163,7 +163,10 @@ def test_page_shows_each_members_load_and_weights_and_the_plans_of_load_aware_no
     poll(lambda: [r[0] for r in load_rows(page, "load")] == ["n1", "n2"], 30, "both members in the load table")
     poll(lambda: any(r[-1] == "balanced" for r in load_rows(page, "plans")), 60, "a plan in the steps table")
     rows = {r[0]: r for r in load_rows(page, "load")}
-    assert rows["n1"][1] == "0" and rows["n1"][3] == "1" and rows["n1"][5] == "1"  # load, gossiped, planned weight
+    # Load and gossiped weight; no planned weight: nodes balance by pins by default (--balance-by).
+    assert rows["n1"][1] == "0" and rows["n1"][3] == "1" and rows["n1"][5] == "\u2013"  # (an en dash: no figure)
+    verdict = page.find_element("id", "load-verdict").text
+    assert verdict.startswith("by pins") and "0 partitions pinned" in verdict, verdict
     assert "without --load-aware" not in page.find_element("id", "load-note").text
     assert "gathered last" in page.find_element("id", "load-note").text
     body = httpx.get(f"{urls[0]}/v1/balancing", timeout=10).json()

@@ -261,8 +261,9 @@ def test_wide_fault_schedules_never_give_two_owners_and_end_with_every_partition
 #: Redirect), the sender took it back, and a later pins view sent the held note to a third member
 #: (``Ownership._retable``). 460 orphaned 53 partitions: two plans that undid each other took
 #: turns for ever (``Ownership._pins_due_at``). 145 met a move the states table lacked.
-PINS_SEEDS = ((82, True, {}), (0, True, {}), (1, True, {}), (145, False, {}),
-              (460, True, {"durable_state": "yields", "rejoin_files": True}))
+PINS_SEEDS: tuple[tuple[int, bool, dict[str, Any]], ...] = (
+    (82, True, {}), (0, True, {}), (1, True, {}), (145, False, {}),
+    (460, True, {"durable_state": "yields", "rejoin_files": True}))
 
 
 @pytest.mark.parametrize("seed,wide,options", PINS_SEEDS)
