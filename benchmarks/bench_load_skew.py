@@ -1,7 +1,7 @@
-"""Load-aware weights against static ones in the ``load-skew`` scenario (issue 33 item 3).
+"""Load-aware placement against static weights in the ``load-skew`` scenario (issue 33 item 3).
 
     python benchmarks/bench_load_skew.py [--nodes 16] [--partitions 1024] [--seeds 5] [--duration 3600]
-        [--balance-by weights|pins] [--period 300]
+        [--balance-by pins|weights] [--period 300]
 
 One run per seed (swim-exclusive, every member planning from its own stable view every 300 s);
 prints per seed the static max/mean at the first round, the load-aware max/mean 60 s after
@@ -10,7 +10,8 @@ rounds 1 and 2 (handoffs done), the latter also under the figures round 2 planne
 moved fraction (observed owner changes), moved per hour overall and after the first two rounds,
 whether every member's plan agreed and the dual-ownership partition-seconds; then the means.
 Also, over the 30-s samples after step 2's settling: their mean max/mean (``mean_after``) and the
-share at or under 1.2 (``share_1_2``). ``--balance-by pins``: rule 13's pins instead of weights.
+share at or under 1.2 (``share_1_2``). ``--balance-by``: pins (rule 13; the default, as on
+nodes) or weights.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1024)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--duration", type=float, default=3600.0)
-    ap.add_argument("--balance-by", choices=("weights", "pins"), default="weights")
+    ap.add_argument("--balance-by", choices=("pins", "weights"), default="pins")
     ap.add_argument("--period", type=float, default=300.0, help="seconds between rounds (period_s)")
     args = ap.parse_args()
     cols = ("static0", "step1", "step2", "step2_fig", "end", "static_end", "max_step", "per_h", "steady_h",

@@ -159,16 +159,18 @@ def weight_change(cluster: Cluster, duration_s: float, weight: float = 2.0, at_s
 
 
 @scenario("load-skew", "skewed partition loads (lognormal sigma 0.5, 5 % hot at 10x, drifting every `drift_every_s`); "
-          "every `period_s` each member plans load-aware weights from its stable view (static: `load_aware=False`)",
+          "every `period_s` each member plans from its stable view the pins that move hot partitions "
+          "(`balance_by=weights`: its own weight; static: `load_aware=False`)",
           nodes=16, duration_s=3600.0,
           # Stable views commit the figures each round reports (rule 12); any value below the
           # period does (the figures change once a round).
           rules=lambda cfg, params: dataclasses.replace(cfg, loads_every_s=params["period_s"] / 2))
 def load_skew(cluster: Cluster, duration_s: float, period_s: float = 300.0, first_s: float = 30.0,
-              drift_every_s: float = 180.0, load_aware: bool = True, balance_by: str = "weights") -> None:
+              drift_every_s: float = 180.0, load_aware: bool = True, balance_by: str = "pins") -> None:
     """Issue 33 item 3 (``simulations.rebalancing``): static max/mean is measured beside the
-    load-aware one on the same loads in either case. ``balance_by``: "weights" (each member
-    plans its own weight) or "pins" (chosen partitions pinned by the stable view, rule 13)."""
+    load-aware one on the same loads in either case. ``balance_by``: "pins" (chosen partitions
+    pinned by the stable view, rule 13; what nodes do by default) or "weights" (each member plans
+    its own weight)."""
     from .load_model import LoadModel, LoadShape
     from .rebalancing import LoadRounds
     model = LoadModel(cluster.placement.partitions, cluster.sim.seed, LoadShape(drift_every_s=drift_every_s))

@@ -19,10 +19,12 @@ sys.modules["bench_load_plan"] = bench
 _spec.loader.exec_module(bench)
 
 
-def test_the_replay_gives_the_simulators_figures():
-    r = run_scenario("load-skew", nodes=8, partitions=128, duration_s=700.0, seed=3, system="swim-exclusive")
+@pytest.mark.parametrize("by,variant", [("weights", "quantised"), ("pins", "pins")])
+def test_the_replay_gives_the_simulators_figures(by: str, variant: str):
+    r = run_scenario("load-skew", nodes=8, partitions=128, duration_s=700.0, seed=3, system="swim-exclusive",
+                     params={"balance_by": by})
     rounds = r["load_rounds"]
-    replayed = bench.replay(8, 128, 3, "quantised", 700.0)
+    replayed = bench.replay(8, 128, 3, variant, 700.0)
     simulated = (rounds[0]["ratio_settled"], rounds[1]["ratio_settled"], rounds[1]["ratio_settled_figures"],
                  r["load_max_over_mean"], r["load_max_over_mean_static"])
     assert simulated == pytest.approx([replayed[k] for k in ("step1", "step2", "known2", "end", "static_end")],

@@ -12,7 +12,7 @@ from simulations.scenarios import run_scenario
 
 def test_load_skew_small_runs_with_agreeing_plans_and_no_dual_owner():
     r = run_scenario("load-skew", nodes=8, partitions=128, duration_s=700.0, seed=3, system="swim-exclusive",
-                     params={"period_s": 300.0, "first_s": 30.0})
+                     params={"period_s": 300.0, "first_s": 30.0, "balance_by": "weights"})
     for key in ("load_max_over_mean_static", "load_max_over_mean", "load_max_over_mean_series",
                 "moved_fraction_max_step", "moved_fraction_per_hour", "plans_agree"):
         assert key in r
