@@ -10,10 +10,13 @@ import time
 import pytest
 
 from ownership.views import View
+from placement.errors import InvalidConfigError
+from placement.pinning import PinPlan
+from placement.pins import encode_pins
 from placement.rebalance import LoadReport, Plan
 from placement.service.load_balance import LoadBalancer
 from placement.service.node import Node
-from placement.table import TableConfig
+from placement.table import PlacementTable, TableConfig
 
 from test_node_exclusive import Ledger, P, config
 
@@ -231,3 +234,27 @@ def test_views_are_planned_off_the_callers_thread_in_order_with_the_same_plans()
     assert threads and set(threads) == {"placement-plan-a_0"}
     lb.close()
     assert lb.view_soon(views[2]) is None
+
+
+def test_a_pins_plan_is_handed_on_with_what_it_was_planned_from_and_shows_its_moves():
+    """``--balance-by pins``: the plan's pins go to the ownership protocol with the view's pins
+    and figures' time (rule 13), no weight is set, and the history shows each move (partition,
+    leader before and after), the moves being those of the tables."""
+    calls: list = []
+    lb = LoadBalancer("a", TableConfig(P), 4.0, own_rates=lambda: {}, addresses=lambda: {},
+                      set_loads=lambda codes, at: None, set_weight=lambda w: calls.append(("weight", w)),
+                      by="pins", set_pins=lambda pins, base, at: calls.append(("pins", pins, base, at)))
+    weights = {"a": 1.0, "b": 1.0, "c": 1.0}
+    table = PlacementTable.build(weights, P)
+    hot = [1000.0 if table.owner(p) == "a" else 1.0 for p in range(P)]
+    made = lb.view(View.of(7, weights, loads=LoadReport.of(hot).codes, loads_at=1000))
+    assert isinstance(made, PinPlan) and made.changed and all(m != "a" for m in made.pins.values())
+    assert calls == [("pins", encode_pins(made.pins), b"", 1000)]
+    (step,) = lb.history.steps()
+    after = table.with_pins(made.pins)
+    assert step.own == "pins" and step.moved == made.moved == len(table.moved(after, leaders=True))
+    assert step.moves == {p: ("a", after.owner(p)) for p in table.moved(after, leaders=True)[:32]}
+    assert step.to_dict()["moves"][0]["old"] == "a" and lb.status()["by"] == "pins"
+    with pytest.raises(InvalidConfigError):
+        LoadBalancer("a", TableConfig(P), 4.0, own_rates=lambda: {}, addresses=lambda: {},
+                     set_loads=lambda codes, at: None, set_weight=lambda w: None, by="pins")

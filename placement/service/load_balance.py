@@ -47,7 +47,7 @@ from ..pinning import PinPlan, plan_pins
 from ..pins import decode_pins, encode_pins
 from ..rebalance import LoadReport, MoveBudget, Plan, RebalanceConfig, plan
 from ..table import PlacementTable, TableConfig
-from .load_history import PlanHistory, PlanStep
+from .load_history import MOVES_SHOWN, PlanHistory, PlanStep
 
 __all__ = ["Gathered", "LoadBalancer"]
 
@@ -234,6 +234,8 @@ class LoadBalancer:
             pins = {}
         table = PlacementTable.from_config(self.table_config, {m: w for m, w in weights.items() if w > 0}, pins=pins)
         made = plan_pins(table, LoadReport(view.loads), self.rebalance, allowance=budget.tokens)
+        after = table.with_pins(made.pins)
+        moves = {p: (table.owner(p), after.owner(p)) for p in table.moved(after, leaders=True)[:MOVES_SHOWN]}
         self.plans += 1
         self.last_plan = made
         self.budget = budget.spent(made.moved, made.partitions) if made.changed else budget
@@ -245,7 +247,7 @@ class LoadBalancer:
             self._set_pins(encode_pins(made.pins), view.pins, view.loads_at)
         self.history.record(PlanStep(
             view.num, view.loads_at, self._clock(), made.reason, made.changed, made.ratio_before, made.ratio_after,
-            made.moved, made.partitions, own="pins" if made.changed else "kept"))
+            made.moved, made.partitions, own="pins" if made.changed else "kept", moves=moves))
         return made
 
     def _follow(self, made: Plan, now_w: float) -> str:

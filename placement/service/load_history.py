@@ -2,7 +2,8 @@
 
 ``LoadBalancer`` records one ``PlanStep`` per plan it makes; the console (``GET /v1/balancing``)
 shows them, so an operator sees each rebalance step: the view it was planned from, max/mean
-before and as predicted after, how many partitions move and whose weights change.
+before and as predicted after, how many partitions move and whose weights change (or, by pins,
+which partitions move from whom to whom).
 
 Why bounded, and why runs of "nothing to do" are folded: a node plans once per committed set of
 figures, every ``--load-aware`` SECONDS, for as long as it runs; most plans of a balanced cluster
@@ -18,9 +19,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-__all__ = ["DEFAULT_CAPACITY", "PlanHistory", "PlanStep"]
+__all__ = ["DEFAULT_CAPACITY", "MOVES_SHOWN", "PlanHistory", "PlanStep"]
 
 DEFAULT_CAPACITY = 20
+#: A step keeps at most this many of its moves (a step may move 9 % of the partitions: 368 at
+#: P=4,096, times 20 entries, for a panel that shows a line of them).
+MOVES_SHOWN = 32
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class PlanStep:
     moved: int  # partitions whose leader the plan changes
     partitions: int
     weights: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # id -> (old, new), changed only
+    #: ``--balance-by pins``: partition -> (leader before, leader after) of the partitions the plan
+    #: moves, the first ``MOVES_SHOWN`` by partition (``moved`` counts them all).
+    moves: Mapping[int, tuple[str, str]] = field(default_factory=dict)
     own: str = "kept"
     count: int = 1  # plans folded into this entry
     first_view: int = 0  # the first view of the run (= view for a single plan)
@@ -49,6 +56,7 @@ class PlanStep:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["weights"] = {m: {"old": old, "new": new} for m, (old, new) in sorted(self.weights.items())}
+        d["moves"] = [{"partition": p, "old": old, "new": new} for p, (old, new) in sorted(self.moves.items())]
         d["first_view"] = self.first_view or self.view
         d["max_over_mean_before"] = round(self.max_over_mean_before, 4)
         d["max_over_mean_after"] = round(self.max_over_mean_after, 4)

@@ -5,7 +5,8 @@ So an operator sees who is hot and what the node did about it (issue 33 item 5):
 - per member: its load, load/mean, its weight as gossiped, as the placement holds it (the stable
   view's) and as the last plan would have it;
 - the last plans (``placement.service.load_history``): the view each was planned from, max/mean
-  before and as predicted after, partitions moved, weights changed.
+  before and as predicted after, partitions moved, weights changed (or, by pins, which
+  partitions moved from whom to whom).
 
 Which figures the load column sums, and why: the ones this node *gathered* last (every member's
 ``GET /v1/load``, merged), in work per second, over the partitions each member leads in this
@@ -118,6 +119,12 @@ class WeightChangeOut(BaseModel):
     new: float
 
 
+class PartitionMoveOut(BaseModel):
+    partition: int
+    old: str = Field(description="its leader before the plan")
+    new: str = Field(description="its leader after: the member it is pinned to, or back to its rendezvous leader")
+
+
 class PlanStepOut(BaseModel):
     view: int = Field(description="the stable view planned from (the latest, for folded plans)")
     first_view: int = Field(description="the first view of folded plans (= view for one plan)")
@@ -130,6 +137,8 @@ class PlanStepOut(BaseModel):
     moved: int = Field(description="partitions whose leader the plan changes")
     partitions: int
     weights: dict[str, WeightChangeOut] = Field(description="the members whose weight the plan changes")
+    moves: list[PartitionMoveOut] = Field(description="--balance-by pins: the partitions the plan moves, from "
+                                          "whom to whom (the first 32 by partition; moved counts them all)")
     own: str = Field(description="this node's own weight: set (to the plan's) | held (the plan's would undo its "
                      "last step) | kept (unchanged by the plan); pins: the plan's pins handed on (--balance-by pins)")
     count: int = Field(description="consecutive plans folded into this entry (they changed nothing)")

@@ -294,7 +294,9 @@ async function fetchBalancing() {
       `<td class="num">${num(m.placed_weight, 4)}</td><td class="num">${num(m.planned_weight, 4)}</td></tr>`;
   }).join("");
   document.querySelector("#plans tbody").innerHTML = b.steps.slice().reverse().map((s) => {
-    const changes = Object.entries(s.weights).map(([id, w]) => `${id} ${num(w.old, 4)} → ${num(w.new, 4)}`);
+    const changes = Object.entries(s.weights).map(([id, w]) => `${id} ${num(w.old, 4)} → ${num(w.new, 4)}`)
+      .concat((s.moves || []).map((m) => `p${m.partition} ${m.old} → ${m.new}`));
+    if (s.moves && s.moves.length < s.moved) changes.push(`+${s.moved - s.moves.length} more`);
     const views = s.count > 1 ? `${s.first_view}–${s.view} (${s.count} plans)` : `${s.view}`;
     return `<tr data-changed="${s.changed}"><td>${clock(s.at)}</td><td class="num">${esc(views)}</td>` +
       `<td>${clock(s.loads_at)}</td><td>${num(s.max_over_mean_before)} → ${num(s.max_over_mean_after)}</td>` +
