@@ -176,6 +176,9 @@ def test_render_flags_disagreement_and_unreachable_members():
     assert "agreement: DISAGREE - 2 checksums among 3 answering members" in out and "others: n3" in out
     assert "n4 did not answer: ConnectError" in out and "no member has a positive weight" in out
     assert "30 s ago  dead" in out
+    assert "pinned" not in out.splitlines()[0]  # no pins: the header says nothing of them
+    assert out.splitlines()[0].endswith("8 partitions x 1 replicas")
+    assert render({**s, "pinned": 3}, now=130.0).splitlines()[0].endswith("8 partitions x 1 replicas, 3 pinned")
 
 
 def test_render_flags_stable_view_members_it_cannot_reach():

@@ -82,7 +82,8 @@ def _collect(client: httpx.Client, url: str, recent: int) -> dict[str, Any]:
     moves = [e for e in events["events"] if e["kind"] in RECENT_KINDS][-recent:] if recent else []
     return {
         "node": events["node"], "url": url, "checksum": snap.checksum, "partitions": table.partitions,
-        "replicas": table.replicas, "members": members, "agreement": agreement, "balance": balance(table),
+        "replicas": table.replicas, "pinned": len(table.pins), "members": members, "agreement": agreement,
+        "balance": balance(table),
         "recent": moves, "survival": survival, "security_warning": ownership.get("security_warning"),
     }
 
@@ -114,8 +115,9 @@ def render(s: dict[str, Any], now: float | None = None) -> str:
     counts: dict[str, int] = {}
     for m in s["members"]:
         counts[m["status"]] = counts.get(m["status"], 0) + 1
+    pinned = s.get("pinned") or 0  # (load-aware pins: docs/ownership.md, rule 13)
     lines = [f"node {s['node']} at {s['url']}  placement {s['checksum'][:12]}  "
-             f"{s['partitions']} partitions x {s['replicas']} replicas",
+             f"{s['partitions']} partitions x {s['replicas']} replicas" + (f", {pinned} pinned" if pinned else ""),
              "members: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
              f"{'id':<16}{'status':<9}{'incarnation':>12}{'weight':>8}{'leads':>7}{'replica of':>11}"
              f"{'load/s':>10}{'x mean':>8}{'heard':>8}  http"]
