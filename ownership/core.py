@@ -410,9 +410,17 @@ class Ownership:
         self._update()
 
     def _table_for(self, weights: Mapping[str, float]) -> PlacementTable:
-        """The table of ``weights`` with the stable view's pins (rule 13)."""
+        """The table of ``weights`` with the stable view's pins (rule 13). Pins the table
+        refuses (a partition out of range: a peer's bug, or a forged view) place as if there were
+        none, as undecodable ones do: the same at every member, since all read the same bytes."""
         pins = self._stable_pins()
-        return self._tables(weights, pins) if pins else self._tables(weights)
+        if pins:
+            try:
+                return self._tables(weights, pins)
+            except InvalidConfigError:
+                self.bad_pins += 1
+                self._pins_of = (self._pins_of[0], {})
+        return self._tables(weights)
 
     def _stable_pins(self) -> dict[int, str]:
         raw = self.lease.views.view.pins

@@ -81,75 +81,71 @@ def test_a_plan_is_made_once_per_committed_figures_and_sets_only_this_members_we
     assert lb.status()["last_plan"]["changed"] is True and lb.status()["planned_from"] == 1000
 
 
-def test_three_nodes_plan_one_set_of_weights_from_their_committed_views():
-    """End to end on in-process nodes (their HTTP APIs are not served here: each member's own
-    figures only): rule 12 commits the figures in a stable view, every member plans from it, the
-    loaded member lowers its own weight, and the next stable view carries it everywhere."""
+def _three_nodes_with_n1_hot(balance_by: str, settled, what: str) -> tuple[list[Node], Ledger]:
+    """Three in-process nodes with ``--load-aware 2`` (their HTTP APIs are not served here: each
+    member's own figures only), every member recording load on what it owns, n1's hot, until
+    ``settled(nodes)``; returns the nodes (stopped) and the ownership ledger of the run."""
+    ledger = Ledger()
+    nodes: list[Node] = []
+
     async def main():
-        ledger = Ledger()
-        nodes: list[Node] = []
         for i in (1, 2, 3):
             node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0,
-                               balance_by="weights"))
+                               balance_by=balance_by))
             ledger.attach(node)
             nodes.append(await node.start())
         try:
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline:
-                for node in nodes:  # every member measures load on what it owns; n1's is hot
+                for node in nodes:
                     for p in node.owned_partitions():
                         node.record_load(p, 50.0 if node.node_id == "n1" else 1.0)
-                views = [dict(n.table.members) for n in nodes]
-                if all(v == views[0] for v in views) and views[0].get("n1", 1.0) < 1.0:
-                    break
+                if settled(nodes):
+                    return
                 await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"no planned weights everywhere: {[n.table.members for n in nodes]}, "
-                                     f"{[n.load_balancing for n in nodes]}")
-            assert all(n.load_balancing["last_plan"] is not None for n in nodes)  # type: ignore[index]
-            assert ledger.overlaps() == []  # one owner at a time through the moves
+            raise AssertionError(f"no {what} everywhere: {[n.table for n in nodes]}, "
+                                 f"{[n.load_balancing for n in nodes]}")
         finally:
             for n in nodes:
                 await n.leave()
 
     asyncio.run(main())
+    return nodes, ledger
+
+
+def test_three_nodes_plan_one_set_of_weights_from_their_committed_views():
+    """``--balance-by weights``, end to end: rule 12 commits the figures in a stable view, every
+    member plans from it, the loaded member lowers its own weight, and the next stable view
+    carries it everywhere."""
+    def settled(nodes: list[Node]) -> bool:
+        views = [dict(n.table.members) for n in nodes]
+        return all(v == views[0] for v in views) and views[0].get("n1", 1.0) < 1.0
+
+    nodes, ledger = _three_nodes_with_n1_hot("weights", settled, "planned weights")
+    assert all(n.load_balancing["last_plan"] is not None for n in nodes)  # type: ignore[index]
+    assert ledger.overlaps() == []  # one owner at a time through the moves
 
 
 def test_three_nodes_pin_the_hot_members_partitions_elsewhere_through_their_stable_views():
-    """``--balance-by pins`` (the default), end to end on in-process nodes: the figures are
-    committed (rule 12), every member plans the same pins, a stable view commits them (rule 13),
-    every node serves the same pinned table, the hot member leads fewer partitions, and no
-    partition has two owners through the moves."""
-    async def main():
-        ledger = Ledger()
-        nodes: list[Node] = []
-        for i in (1, 2, 3):
-            node = Node(config(f"n{i}", join=[nodes[0].member.bound] if nodes else (), load_aware_s=2.0))
-            ledger.attach(node)
-            nodes.append(await node.start())
-        try:
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline:
-                for node in nodes:  # every member measures load on what it owns; n1's is hot
-                    for p in node.owned_partitions():
-                        node.record_load(p, 50.0 if node.node_id == "n1" else 1.0)
-                tables = [n.table for n in nodes]
-                if all(t == tables[0] for t in tables) and any(m != "n1" for m in tables[0].pins.values()):
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"no pins everywhere: {[n.table.pins for n in nodes]}, "
-                                     f"{[n.load_balancing for n in nodes]}")
-            table = nodes[0].table
-            plain = table.with_pins({})
-            assert len(table.owned_by("n1", leader_only=True)) < len(plain.owned_by("n1", leader_only=True))
-            assert all(n.load_balancing["by"] == "pins" for n in nodes)  # type: ignore[index]
-            assert ledger.overlaps() == []  # one owner at a time through the moves
-        finally:
-            for n in nodes:
-                await n.leave()
+    """``--balance-by pins`` (the default), end to end: the figures are committed (rule 12),
+    every member plans the same pins, a stable view commits them (rule 13), every node serves the
+    same pinned table, the hot member leads fewer partitions, and no partition has two owners
+    through the moves."""
+    seen: list[PlacementTable] = []
 
-    asyncio.run(main())
+    def settled(nodes: list[Node]) -> bool:
+        tables = [n.table for n in nodes]
+        if all(t == tables[0] for t in tables) and any(m != "n1" for m in tables[0].pins.values()):
+            seen.append(tables[0])
+            return True
+        return False
+
+    nodes, ledger = _three_nodes_with_n1_hot("pins", settled, "pins")
+    table = seen[-1]
+    plain = table.with_pins({})
+    assert len(table.owned_by("n1", leader_only=True)) < len(plain.owned_by("n1", leader_only=True))
+    assert all(n.load_balancing["by"] == "pins" for n in nodes)  # type: ignore[index]
+    assert ledger.overlaps() == []  # one owner at a time through the moves
 
 
 def test_load_aware_needs_exclusive_ownership_and_a_sane_period():

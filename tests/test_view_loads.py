@@ -88,14 +88,15 @@ def test_the_durable_record_keeps_a_views_loads_and_is_unchanged_without_them() 
 P = 64
 
 
+def _tables(view, pins=None):
+    return PlacementTable.build(dict(view), P, 1, 0, pins=pins)
+
+
 def _pair(cfg: ExclusiveConfig) -> tuple[Ownership, Ownership, float, list]:
     """A founder and a joiner, settled (both hold leases and own their shares)."""
-    def tables(view):
-        return PlacementTable.build(dict(view), P, 1, 0)
-
     now = 0.0
-    a = Ownership("n1", cfg, tables, now, founder=True)
-    b = Ownership("n2", cfg, tables, now, founder=False)
+    a = Ownership("n1", cfg, _tables, now, founder=True)
+    b = Ownership("n2", cfg, _tables, now, founder=False)
     view = {"n1": 1.0, "n2": 1.0}
     a.set_view({"n1": 1.0}, (), now)
     now += 0.1
@@ -108,6 +109,7 @@ def _pair(cfg: ExclusiveConfig) -> tuple[Ownership, Ownership, float, list]:
 
 
 def _run(a: Ownership, b: Ownership, now: float, seconds: float, actions: list) -> float:
+    """Drive both; every 0.25 s check no partition is owned by both (the handoff's promise)."""
     end = now + seconds
     while now < end:
         now += 0.25
@@ -120,6 +122,8 @@ def _run(a: Ownership, b: Ownership, now: float, seconds: float, actions: list) 
         for src, dst in ((a, b), (b, a), (a, b)):
             for _to, msg in src.messages(now):
                 dst.receive(src.me, msg, now)
+        both = set(a.owned) & set(b.owned)
+        assert not both, f"owned twice at {now}: {sorted(both)}"
     return now
 
 

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from ownership import ExclusiveConfig, Ownership, Release
+import pytest
+
+from ownership import ExclusiveConfig, Ownership
 from ownership.durable import decode as decode_record
 from ownership.durable import encode as encode_record
 from ownership.lease import LeaseReply, LeaseReq, WitnessState
 from ownership.views import Accept, AcceptorState, Decided, DecidedStep, Promise, View
 from ownership.wire import decode, encode
-from placement import PlacementTable
 from placement.pins import encode_pins
 
-P = 64
-
-
-def _tables(view, pins=None):
-    return PlacementTable.build(dict(view), P, 1, 0, pins=pins)
+from test_view_loads import P, _run, _tables
+from test_view_loads import _pair as _settled
 
 
 def test_pins_are_part_of_the_checksum_and_travel_in_every_view_message() -> None:
@@ -69,40 +67,13 @@ def test_the_durable_record_keeps_a_views_pins() -> None:
 
 
 def _pair() -> tuple[Ownership, Ownership, float]:
-    cfg = ExclusiveConfig(loads_every_s=60.0)
-    now = 0.0
-    a = Ownership("n1", cfg, _tables, now, founder=True)
-    b = Ownership("n2", cfg, _tables, now, founder=False)
-    view = {"n1": 1.0, "n2": 1.0}
-    a.set_view({"n1": 1.0}, (), now)
-    now += 0.1
-    a.set_view(view, (), now)
-    b.set_view(view, (), now)
-    now = _run(a, b, now, 20.0, [])
+    """Two members settled (``test_view_loads._pair``), then a view committing figures (rule 12)."""
+    a, b, now, _ = _settled(ExclusiveConfig(loads_every_s=60.0))
     for c in (a, b):
         c.set_loads(bytes(range(P)), 100, now)
     now = _run(a, b, now, 10.0, [])
     assert a.owned and b.owned and a.lease.views.view.loads_at == b.lease.views.view.loads_at == 100
     return a, b, now
-
-
-def _run(a: Ownership, b: Ownership, now: float, seconds: float, actions: list) -> float:
-    """Drive both; every 0.25 s check no partition is owned by both (the handoff's promise)."""
-    end = now + seconds
-    while now < end:
-        now += 0.25
-        for c in (a, b):
-            c.handle_timer(now)
-            for x in c.actions():
-                actions.append((c.me, x))
-                if isinstance(x, Release):
-                    c.release_done(x.partition, now)
-        for src, dst in ((a, b), (b, a), (a, b)):
-            for _to, msg in src.messages(now):
-                dst.receive(src.me, msg, now)
-        both = set(a.owned) & set(b.owned)
-        assert not both, f"owned twice at {now}: {sorted(both)}"
-    return now
 
 
 def test_pins_planned_from_the_stable_view_are_committed_and_move_their_partitions() -> None:
@@ -164,11 +135,14 @@ def test_a_plan_is_proposed_once_even_when_its_base_comes_back() -> None:
     assert a.lease.views.view.num == b.lease.views.view.num == settled.num
 
 
-def test_undecodable_pins_place_as_if_unpinned_and_are_counted() -> None:
+@pytest.mark.parametrize("bad", [b"\xc1not msgpack", encode_pins({P + 5: "n1"})])
+def test_pins_that_do_not_decode_or_fit_place_as_if_unpinned_and_are_counted(bad: bytes) -> None:
+    """Pins a peer's bug (or a forged view) made: bytes that are not pins, a partition out of
+    range. Every member places as if there were none, and counts them; nothing raises."""
     a, b, now = _pair()
     v = a.lease.views.view
     for c in (a, b):
-        c.set_pins(b"\xc1not msgpack", v.pins, v.loads_at, now)
+        c.set_pins(bad, v.pins, v.loads_at, now)
     now = _run(a, b, now, 20.0, [])
-    assert a.lease.views.view.pins == b"\xc1not msgpack"
+    assert a.lease.views.view.pins == bad
     assert a.table == _tables(a.lease.weights) and a.bad_pins >= 1 and b.bad_pins >= 1

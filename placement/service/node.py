@@ -74,7 +74,7 @@ from ownership.views import View
 
 from ..changes import OwnershipChange
 from ..errors import InvalidConfigError, PlacementError
-from ..pins import decode_pins
+from ..pins import decode_pins, validate_pins
 from ..snapshot import PlacementSnapshot
 from ..table import PlacementTable
 from .change_stream import ChangeStream
@@ -557,7 +557,7 @@ class Node:
         ``--load-aware``, the weights are planned from its load figures (``load_balance``)."""
         self._followed = view.weighted()
         try:
-            self._followed_pins = decode_pins(view.pins)
+            self._followed_pins = validate_pins(decode_pins(view.pins), self.config.partitions)
         except InvalidConfigError:  # placed as if unpinned, as the ownership core does (``bad_pins``)
             self._followed_pins = {}
         if self._members_seen is not None:
