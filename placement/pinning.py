@@ -17,7 +17,7 @@ integer arithmetic only (integer load levels, ties broken by member id and parti
 so every member that holds the view computes the same pins, with no coordinator.
 
 The search (greedy, as Slicer's "move a hot slice off the hottest task"): while max/mean is over
-``target`` (default: ``trigger``) and the step's budget lasts, take the most loaded member and, of its partitions,
+``trigger`` and the step's budget lasts, take the most loaded member and, of its partitions,
 the one move that lowers the maximum most: to the least loaded member (a new pin, or none if
 that member is its rendezvous leader), or, for a pinned partition, back to its rendezvous
 leader (the pin dropped). A partition is moved at most once a plan. The pins stay within
@@ -25,9 +25,9 @@ leader (the pin dropped). A partition is moved at most once a plan. The pins sta
 rendezvous order a client can compute without them); at the bound only moves that add no pin
 are tried. Stopping at ``trigger`` rather than at balance is what keeps the moves near Slicer's
 4 %/h: replayed over four hours of ``load-skew`` at N=16, P=1,024 (``bench_load_plan.py
---variants pins``, five seeds) a target of 1.0 moved 6.4 %/h for a mean max/mean of 1.135, 1.05
-moved 7.3 %/h for 1.129, 1.1 moved 2.7 %/h for 1.144 (weights: 5.7 %/h for 1.268): the drift
-undoes a finer balance within a round or two anyway. Hysteresis as ``rebalance``: no plan at or
+--variants pins``, five seeds; the stopping point swept in a scratch copy), stopping at 1.0
+moved 6.4 %/h for a mean max/mean of 1.135, at 1.05 7.3 %/h for 1.129, at 1.1 2.7 %/h for 1.144
+(weights: 5.7 %/h for 1.268): the drift undoes a finer balance within a round or two anyway. Hysteresis as ``rebalance``: no plan at or
 below ``trigger``, none gaining less than ``min_gain``.
 
 What pins cannot do either: a partition heavier than about 1.2x a member's mean load caps
@@ -74,8 +74,7 @@ class PinPlan:
 
 
 def plan_pins(table: PlacementTable, loads: LoadReport, rebalance: RebalanceConfig = _DEFAULTS, *,
-              allowance: float | Fraction = 1, max_pins: Fraction = MAX_PINS_FRACTION,
-              target: float | Fraction | None = None) -> PinPlan:
+              allowance: float | Fraction = 1, max_pins: Fraction = MAX_PINS_FRACTION) -> PinPlan:
     """New pins for ``table`` (a stable view's: its weights and pins) that bring max/mean load
     down, moving at most ``min(step_budget, allowance)`` of the partitions, with at most
     ``max_pins`` of them pinned. Equal capacities (the weights are the operator's)."""
@@ -98,7 +97,8 @@ def plan_pins(table: PlacementTable, loads: LoadReport, rebalance: RebalanceConf
         return Fraction(int(s.max()) * n, total) if total else Fraction(1)
 
     ratio0 = ratio(sums)
-    if ratio0 <= Fraction(rebalance.trigger):
+    trigger = Fraction(rebalance.trigger)
+    if ratio0 <= trigger:
         return PinPlan(pins, False, "balanced", float(ratio0), float(ratio0), 0, partitions)
     allowed = math.floor(min(Fraction(rebalance.step_budget), Fraction(allowance)) * partitions)
     cap = math.floor(max_pins * partitions)
@@ -108,8 +108,7 @@ def plan_pins(table: PlacementTable, loads: LoadReport, rebalance: RebalanceConf
     count = int(pinned.sum())
     owner = owner.copy()
     moved: set[int] = set()
-    target = Fraction(rebalance.trigger) if target is None else Fraction(target)
-    while len(moved) < allowed and ratio(sums) > target:
+    while len(moved) < allowed and ratio(sums) > trigger:
         order = sorted(range(n), key=lambda i: (-int(sums[i]), ids[i]))  # most loaded first
         top, bottom = order[0], order[-1]
         peak_now = int(sums[top])
