@@ -27,8 +27,9 @@ are tried. Stopping at ``trigger`` rather than at balance is what keeps the move
 4 %/h: replayed over four hours of ``load-skew`` at N=16, P=1,024 (``bench_load_plan.py
 --variants pins``, five seeds; the stopping point swept in a scratch copy), stopping at 1.0
 moved 6.4 %/h for a mean max/mean of 1.135, at 1.05 7.3 %/h for 1.129, at 1.1 2.7 %/h for 1.144
-(weights: 5.7 %/h for 1.268): the drift undoes a finer balance within a round or two anyway. Hysteresis as ``rebalance``: no plan at or
-below ``trigger``, none gaining less than ``min_gain``.
+(weights: 5.7 %/h for 1.268): the drift undoes a finer balance within a round or two anyway.
+Hysteresis as ``rebalance``: no plan at or below ``trigger``, none gaining less than
+``min_gain``.
 
 What pins cannot do either: a partition heavier than about 1.2x a member's mean load caps
 max/mean above 1.2 under any placement of whole partitions.
